@@ -1,0 +1,103 @@
+// Package admin is ebb's admin HTTP server: liveness and readiness for
+// orchestrators, Prometheus metrics, and the effective configuration. It
+// listens on loopback by default because it can reveal and, later, change
+// the proxy's state.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Readiness is what /ready asks.
+type Readiness interface {
+	// Ready reports whether ebb should receive traffic and, when not,
+	// why (for example the drain phase and the time left).
+	Ready() (bool, string)
+}
+
+// Options configure the admin server.
+type Options struct {
+	Address   string
+	Readiness Readiness
+	Metrics   http.Handler
+	// Config returns the effective configuration, secrets redacted.
+	Config func() any
+	Log    *slog.Logger
+}
+
+// Server is the admin server.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Start binds the admin address and serves in the background.
+func Start(o Options) (*Server, error) {
+	ln, err := net.Listen("tcp", o.Address)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listening on %s: %w", o.Address, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "live")
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ok, why := o.Readiness.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(o.Config())
+	})
+	s := &Server{
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+		},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Log.Error("admin server stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr returns the bound address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Shutdown stops the admin server gracefully.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return err
+}
+
+// Close stops the admin server now.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	<-s.done
+	return err
+}

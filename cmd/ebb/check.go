@@ -1,0 +1,48 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// cmdCheck validates a configuration and prints every problem, one a line.
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ebb check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf configFlags
+	cf.register(fs)
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ebb check: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if _, err := loadConfig(cf); err != nil {
+		printConfigError(stderr, err)
+		return exitConfig
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", cf.path)
+	return exitOK
+}
+
+func loadConfig(cf configFlags) (*config.Config, error) {
+	return config.Load(cf.path, config.Options{Environ: os.Environ(), Sets: cf.sets})
+}
+
+// printConfigError prints a configuration error, one problem a line.
+func printConfigError(w io.Writer, err error) {
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		for _, p := range ce.Problems {
+			fmt.Fprintln(w, "ebb: config:", p.String())
+		}
+		return
+	}
+	fmt.Fprintln(w, "ebb:", err)
+}

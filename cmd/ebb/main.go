@@ -1,0 +1,117 @@
+// Command ebb is a reverse proxy for HTTP/1.1 that shuts down without
+// causing client errors.
+//
+//	ebb [run] -config ebb.yaml [-set key=value ...] [-- CMD ARGS...]
+//	ebb check -config ebb.yaml
+//	ebb version
+//
+// Exit statuses: 0 stopped cleanly (drained); 1 configuration or start-up
+// error; 2 bad usage; 3 the drain deadline passed and connections were
+// closed by force (drain.timeout is too short for the traffic).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitConfig = 1
+	exitUsage  = 2
+	exitForced = 3
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return cmdRun(args, stderr)
+	case "check":
+		return cmdCheck(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "ebb", buildVersion())
+		return exitOK
+	case "help", "-h", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ebb: unknown command %q\n\n", cmd)
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  ebb [run] -config ebb.yaml [-set key=value ...] [-- CMD ARGS...]
+        serve; with "-- CMD ARGS", also run CMD as a child: it receives
+        the signals ebb receives, and its exit starts ebb's drain
+  ebb check -config ebb.yaml [-set key=value ...]
+        validate the configuration and print every problem
+  ebb version
+        print the version
+
+Environment variables EBB_<KEY> override the file (EBB_DRAIN__DELAY=5s
+sets drain.delay); -set overrides both.
+`)
+}
+
+// configFlags are the flags shared by run and check.
+type configFlags struct {
+	path string
+	sets stringList
+}
+
+func (c *configFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.path, "config", "ebb.yaml", "configuration file (YAML or JSON)")
+	fs.Var(&c.sets, "set", "override one key, as key=value (repeatable), e.g. -set drain.delay=5s")
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// parseFlags parses args. On -h it returns exitOK, on bad usage exitUsage
+// (flag has printed why), and -1 to go on.
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	return -1
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return v + " (" + s.Value[:12] + ")"
+			}
+		}
+		return v
+	}
+	return "(unknown)"
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ebb-proxy/ebb/admin"
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy"
+	"github.com/ebb-proxy/ebb/telemetry"
+)
+
+// cmdRun serves until the drain finishes.
+func cmdRun(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ebb run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf configFlags
+	cf.register(fs)
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	childArgs := fs.Args() // after "--"
+	cfg, err := loadConfig(cf)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitConfig
+	}
+	tel, err := telemetry.New(cfg.Telemetry, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "ebb:", err)
+		return exitConfig
+	}
+	log := tel.Logger
+
+	// Signals are caught before anything listens, so that none is lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, signalsOf(cfg.Drain.Signals)...)
+	defer signal.Stop(sigs)
+
+	reg := drain.NewRegistry()
+	px, err := proxy.New(cfg, reg, tel.Meter, log)
+	if err != nil {
+		log.Error("building the proxy", "err", err)
+		return exitConfig
+	}
+	if err := px.Start(); err != nil {
+		log.Error("starting", "err", err)
+		return exitConfig
+	}
+	ctl := drain.NewController(cfg.Drain, reg, px, log)
+	adm, err := admin.Start(admin.Options{
+		Address:   cfg.Admin.Address,
+		Readiness: readiness{ctl},
+		Metrics:   tel.MetricsHandler(),
+		Config:    func() any { return cfg.Map() },
+		Log:       log,
+	})
+	if err != nil {
+		log.Error("starting", "err", err)
+		px.Close()
+		return exitConfig
+	}
+	for _, l := range cfg.Listeners {
+		log.Info("listening", "listener", l.Name, "address", px.Addr(l.Name).String(), "role", l.Role)
+	}
+	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String())
+
+	var child *child
+	if len(childArgs) > 0 {
+		child, err = startChild(childArgs, log)
+		if err != nil {
+			log.Error("starting the application", "err", err)
+			adm.Close()
+			px.Close()
+			return exitConfig
+		}
+	}
+
+	// Owned goroutines: the signal watcher and the child watcher end when
+	// watchCtx is cancelled after the drain.
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case s := <-sigs:
+				child.signal(s)
+				name := signalName(s)
+				if ok, _ := ctl.Triggered(); ok {
+					log.Warn("second signal: closing now", "signal", name)
+					ctl.Force("signal " + name)
+					continue
+				}
+				ctl.Trigger("signal " + name)
+			case <-watchCtx.Done():
+				return
+			}
+		}
+	})
+	if child != nil {
+		wg.Go(func() {
+			select {
+			case <-child.done:
+				ctl.Trigger("application exited")
+			case <-watchCtx.Done():
+			}
+		})
+	}
+
+	res, _ := ctl.Run(context.Background())
+	stopWatching()
+	wg.Wait()
+
+	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	adm.Shutdown(shutCtx)
+	tel.Shutdown(shutCtx)
+	cancel()
+	child.stop(log)
+
+	log.Info("ebb exiting", "reason", string(res.Reason), "forced_closes", res.Forced)
+	if !res.Clean() {
+		return exitForced
+	}
+	return exitOK
+}
+
+// readiness answers /ready from the drain controller.
+type readiness struct{ ctl *drain.Controller }
+
+func (r readiness) Ready() (bool, string) {
+	deadline, draining := r.ctl.Deadline()
+	if !draining {
+		return true, "ready"
+	}
+	left := max(time.Until(deadline), 0).Round(100 * time.Millisecond)
+	return false, fmt.Sprintf("%s: %s left before the deadline", r.ctl.Phase(), left)
+}
+
+// signalsByName maps the names drain.signals accepts to signals.
+var signalsByName = map[string]os.Signal{
+	"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP,
+	"SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+}
+
+func signalsOf(names []string) []os.Signal {
+	out := make([]os.Signal, 0, len(names))
+	for _, n := range names {
+		out = append(out, signalsByName[n])
+	}
+	return out
+}
+
+func signalName(s os.Signal) string {
+	for name, v := range signalsByName {
+		if v == s {
+			return name
+		}
+	}
+	return s.String()
+}

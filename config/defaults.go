@@ -1,0 +1,59 @@
+package config
+
+import "time"
+
+// Defaults. Each is documented, with its reason, in examples/ebb.yaml.
+const (
+	DefaultAdminAddress        = "127.0.0.1:9901"
+	DefaultMaxHeaderBytes      = 64 << 10
+	DefaultHeaderTimeout       = 10 * time.Second
+	DefaultIdleTimeout         = 120 * time.Second
+	DefaultConnectTimeout      = 2 * time.Second
+	DefaultResponseTimeout     = 30 * time.Second
+	DefaultUpstreamIdleTimeout = 30 * time.Second
+	DefaultMaxConnsPerEndpoint = 512
+)
+
+// Default returns a configuration holding every default and no listener or
+// cluster (those have no sensible default).
+func Default() *Config {
+	return &Config{
+		Admin: Admin{Address: DefaultAdminAddress},
+		Drain: Drain{
+			Delay:       0,
+			Spread:      2 * time.Second,
+			Quiet:       time.Second,
+			Timeout:     25 * time.Second,
+			AcceptUntil: AcceptUntilExit,
+			HTTP1:       DrainHTTP1{IdleClose: IdleClose(time.Second)},
+			HTTP2:       DrainHTTP2{GoawayGrace: time.Second},
+			Signals:     []string{"SIGTERM", "SIGINT"},
+			App:         App{Interval: 500 * time.Millisecond},
+		},
+		Telemetry: Telemetry{
+			Log:     Log{Format: "json", Level: "info"},
+			Metrics: Metrics{Prometheus: true},
+		},
+	}
+}
+
+func (l *Listener) setDefaults() {
+	l.Role = RoleInbound
+	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout}
+}
+
+func (c *Cluster) setDefaults() {
+	c.Protocol = ProtocolHTTP1
+	c.Balancer = BalancerP2C
+	c.Timeouts = ClusterTimeouts{
+		Connect:  DefaultConnectTimeout,
+		Response: DefaultResponseTimeout,
+		Idle:     DefaultUpstreamIdleTimeout,
+	}
+	c.MaxConnsPerEndpoint = DefaultMaxConnsPerEndpoint
+}
+
+func (d *DNSSource) setDefaults() {
+	d.Refresh = 5 * time.Second
+}

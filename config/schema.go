@@ -1,0 +1,225 @@
+// Package config holds ebb's configuration schema, loads it from a YAML file,
+// the environment and flags (in that order, later wins), and validates it.
+//
+// The schema is split in two by how a change takes effect: Static settings
+// (listener addresses, admin, drain, telemetry) need a restart; Dynamic
+// settings (routes and clusters) can be swapped into a running proxy.
+// Every key is snake_case so that EBB_DRAIN__MIN_DURATION maps to
+// drain.min_duration. Defaults live in the Default* functions and are
+// documented, with every key, in examples/ebb.yaml.
+package config
+
+import "time"
+
+// Config is the whole configuration as loaded from one file plus overrides.
+type Config struct {
+	Admin     Admin      `key:"admin"`
+	Listeners []Listener `key:"listeners"`
+	Clusters  []Cluster  `key:"clusters"`
+	Drain     Drain      `key:"drain"`
+	Telemetry Telemetry  `key:"telemetry"`
+
+	// Source names where the configuration came from (the file path), for
+	// messages. It is not a key of the file.
+	Source string `key:"-"`
+}
+
+// Admin is the admin HTTP server (/live, /ready, /metrics, /config).
+type Admin struct {
+	// Address is host:port; loopback by default because the admin server
+	// can drain and stop ebb.
+	Address string `key:"address"`
+}
+
+// Listener roles.
+const (
+	RoleInbound  = "inbound"  // drained when the drain is triggered
+	RoleOutbound = "outbound" // the local app's egress: kept until the app is gone
+)
+
+// Listener is one downstream port.
+type Listener struct {
+	Name     string            `key:"name"`
+	Address  string            `key:"address"`
+	Role     string            `key:"role"`
+	TLS      *TLS              `key:"tls"`
+	Limits   Limits            `key:"limits"`
+	Timeouts ListenerTimeouts  `key:"timeouts"`
+	Routes   []Route           `key:"routes"`
+	Headers  ForwardingHeaders `key:"headers"`
+}
+
+// TLS names the certificate and key files of a listener.
+type TLS struct {
+	Cert string `key:"cert"`
+	Key  string `key:"key"`
+}
+
+// Limits bound what a client may send.
+type Limits struct {
+	// MaxHeaderBytes bounds the request line plus headers; more is a 431.
+	MaxHeaderBytes Size `key:"max_header_bytes"`
+	// MaxBodyBytes bounds a request body; more is a 413. 0 means unlimited
+	// (bodies are streamed, never held whole in memory).
+	MaxBodyBytes Size `key:"max_body_bytes"`
+}
+
+// ListenerTimeouts bound how long a client may take.
+type ListenerTimeouts struct {
+	// Header is the time a client has to send a request's headers, from its
+	// first byte (or, on a new connection, from the accept).
+	Header time.Duration `key:"header"`
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration `key:"idle"`
+}
+
+// ForwardingHeaders says how X-Forwarded-* headers are treated.
+type ForwardingHeaders struct {
+	// TrustForwarded keeps the X-Forwarded-Proto and X-Forwarded-Host a client
+	// sent (set it behind a trusted proxy such as a WAF); otherwise ebb
+	// overwrites them. X-Forwarded-For is always appended to.
+	TrustForwarded bool `key:"trust_forwarded"`
+}
+
+// Route sends matching requests to a cluster. Routes are tried in order and
+// the first match wins.
+type Route struct {
+	Match   Match  `key:"match"`
+	Cluster string `key:"cluster"`
+}
+
+// Match is what a request must have for a route to apply. Empty fields match
+// anything.
+type Match struct {
+	// Host is compared case-insensitively with the request's Host, without
+	// port. A leading "*." matches any subdomain.
+	Host string `key:"host"`
+	// PathPrefix is compared with the start of the request path, byte for byte.
+	PathPrefix string `key:"path_prefix"`
+}
+
+// Upstream protocols.
+const (
+	ProtocolHTTP1 = "http1"
+	ProtocolH2C   = "h2c"
+	ProtocolH2    = "h2"
+	ProtocolAuto  = "auto"
+)
+
+// Balancers.
+const (
+	BalancerP2C        = "p2c"
+	BalancerRoundRobin = "round_robin"
+)
+
+// Cluster is a set of interchangeable upstream endpoints.
+type Cluster struct {
+	Name                string          `key:"name"`
+	Protocol            string          `key:"protocol"`
+	Balancer            string          `key:"balancer"`
+	Discovery           Discovery       `key:"discovery"`
+	Timeouts            ClusterTimeouts `key:"timeouts"`
+	MaxConnsPerEndpoint int             `key:"max_conns_per_endpoint"`
+}
+
+// Discovery names exactly one source of a cluster's endpoints.
+type Discovery struct {
+	Static     []string       `key:"static"`
+	File       string         `key:"file"`
+	DNS        *DNSSource     `key:"dns"`
+	Kubernetes *KubernetesSrc `key:"kubernetes"`
+}
+
+// DNSSource resolves a name to endpoints.
+type DNSSource struct {
+	Name    string        `key:"name"`
+	Port    int           `key:"port"`
+	Refresh time.Duration `key:"refresh"`
+}
+
+// KubernetesSrc watches the EndpointSlices of a Service.
+type KubernetesSrc struct {
+	Namespace  string `key:"namespace"`
+	Service    string `key:"service"`
+	Port       string `key:"port"`
+	Kubeconfig string `key:"kubeconfig"`
+}
+
+// ClusterTimeouts bound upstream work.
+type ClusterTimeouts struct {
+	// Connect bounds establishing a TCP connection to an endpoint.
+	Connect time.Duration `key:"connect"`
+	// Response bounds the wait for the response headers, and then for each
+	// read of the response body.
+	Response time.Duration `key:"response"`
+	// Idle is how long a pooled upstream connection is kept unused. Keep it
+	// below the upstream's own keep-alive timeout.
+	Idle time.Duration `key:"idle"`
+}
+
+// Accept-until settings of the drain.
+const (
+	AcceptUntilExit        = "exit"
+	AcceptUntilAfterDelay  = "after_delay"
+	AcceptUntilImmediately = "immediately"
+)
+
+// Drain configures the shutdown timeline described in DRAIN.md.
+type Drain struct {
+	Delay  time.Duration `key:"delay"`
+	Spread time.Duration `key:"spread"`
+	// MinDuration is nil when unset; it then defaults to Delay + Spread.
+	MinDuration *time.Duration `key:"min_duration"`
+	Quiet       time.Duration  `key:"quiet"`
+	Timeout     time.Duration  `key:"timeout"`
+	AcceptUntil string         `key:"accept_until"`
+	HTTP1       DrainHTTP1     `key:"http1"`
+	HTTP2       DrainHTTP2     `key:"http2"`
+	Signals     []string       `key:"signals"`
+	App         App            `key:"app"`
+}
+
+// EffectiveMinDuration is MinDuration, or Delay + Spread when unset.
+func (d Drain) EffectiveMinDuration() time.Duration {
+	if d.MinDuration != nil {
+		return *d.MinDuration
+	}
+	return d.Delay + d.Spread
+}
+
+// DrainHTTP1 holds the HTTP/1 specifics of the drain.
+type DrainHTTP1 struct {
+	IdleClose IdleClose `key:"idle_close"`
+}
+
+// DrainHTTP2 holds the HTTP/2 specifics of the drain.
+type DrainHTTP2 struct {
+	GoawayGrace time.Duration `key:"goaway_grace"`
+}
+
+// App names the application whose exit ends ebb's drain.
+type App struct {
+	TCP      string        `key:"tcp"`
+	HTTP     string        `key:"http"`
+	PID      int           `key:"pid"`
+	PIDFile  string        `key:"pid_file"`
+	Interval time.Duration `key:"interval"`
+}
+
+// Telemetry configures logs and metrics.
+type Telemetry struct {
+	Log     Log     `key:"log"`
+	Metrics Metrics `key:"metrics"`
+}
+
+// Log configures the process log.
+type Log struct {
+	Format string `key:"format"` // json | text
+	Level  string `key:"level"`  // debug | info | warn | error
+	Access bool   `key:"access"`
+}
+
+// Metrics configures metric export.
+type Metrics struct {
+	Prometheus bool `key:"prometheus"`
+}

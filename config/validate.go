@@ -1,0 +1,210 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Signals that may trigger the drain.
+var knownSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
+
+// Validate checks the meaning of a decoded configuration and returns every
+// problem found, each naming its key. Sources are filled in by Load.
+func (c *Config) Validate() []Problem {
+	v := &validator{}
+	v.hostPort("admin.address", c.Admin.Address)
+
+	clusters := map[string]bool{}
+	for i, cl := range c.Clusters {
+		v.cluster(fmt.Sprintf("clusters[%d]", i), cl, clusters)
+	}
+	if len(c.Listeners) == 0 {
+		v.add("listeners", "at least one listener is needed")
+	}
+	names, addrs := map[string]bool{}, map[string]string{}
+	for i, l := range c.Listeners {
+		key := fmt.Sprintf("listeners[%d]", i)
+		v.name(key+".name", l.Name, names)
+		if v.hostPort(key+".address", l.Address) {
+			if other, dup := addrs[l.Address]; dup {
+				v.add(key+".address", "%s is already the address of listener %q", l.Address, other)
+			}
+			addrs[l.Address] = l.Name
+		}
+		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
+		if l.TLS != nil {
+			v.add(key+".tls", "TLS listeners are not supported by this version of ebb yet")
+		}
+		if l.Limits.MaxHeaderBytes < 1<<10 || l.Limits.MaxHeaderBytes > 1<<20 {
+			v.add(key+".limits.max_header_bytes", "expected a size between 1KiB and 1MiB, got %s", l.Limits.MaxHeaderBytes)
+		}
+		v.positive(key+".timeouts.header", l.Timeouts.Header)
+		v.positive(key+".timeouts.idle", l.Timeouts.Idle)
+		if len(l.Routes) == 0 {
+			v.add(key+".routes", "at least one route is needed")
+		}
+		for j, r := range l.Routes {
+			rk := fmt.Sprintf("%s.routes[%d]", key, j)
+			switch {
+			case r.Cluster == "":
+				v.add(rk+".cluster", "missing: name the cluster this route sends to")
+			case !clusters[r.Cluster]:
+				v.add(rk+".cluster", "no cluster is named %q", r.Cluster)
+			}
+			if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
+				v.add(rk+".match.path_prefix", "expected a path starting with /, got %q", p)
+			}
+			if h := r.Match.Host; strings.ContainsAny(h, " /\t") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
+				v.add(rk+".match.host", "expected a host name such as api.example.com or *.example.com, got %q", h)
+			}
+		}
+	}
+	v.drain(c.Drain)
+	v.oneOf("telemetry.log.format", c.Telemetry.Log.Format, "json", "text")
+	v.oneOf("telemetry.log.level", c.Telemetry.Log.Level, "debug", "info", "warn", "error")
+	return v.problems
+}
+
+type validator struct {
+	problems []Problem
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) name(key, name string, seen map[string]bool) {
+	switch {
+	case name == "":
+		v.add(key, "missing: every entry needs a unique name")
+	case seen[name]:
+		v.add(key, "the name %q is used twice", name)
+	case strings.ContainsAny(name, " \t\"'"):
+		v.add(key, "expected a name without spaces or quotes, got %q", name)
+	}
+	seen[name] = true
+}
+
+// hostPort reports whether s is a usable host:port.
+func (v *validator) hostPort(key, s string) bool {
+	if s == "" {
+		v.add(key, "missing: expected host:port, such as 127.0.0.1:8080")
+		return false
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		v.add(key, "expected host:port, such as 127.0.0.1:8080, got %q", s)
+		return false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(key, "expected a port number from 0 to 65535, got %q", port)
+		return false
+	}
+	if strings.ContainsAny(host, " /") {
+		v.add(key, "expected a host name or IP address, got %q", host)
+		return false
+	}
+	return true
+}
+
+func (v *validator) oneOf(key, got string, allowed ...string) {
+	for _, a := range allowed {
+		if got == a {
+			return
+		}
+	}
+	v.add(key, "expected one of %s, got %q", strings.Join(allowed, ", "), got)
+}
+
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(key, "expected a duration above zero, got %s", d)
+	}
+}
+
+func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
+	v.name(key+".name", c.Name, seen)
+	v.oneOf(key+".protocol", c.Protocol, ProtocolHTTP1, ProtocolH2C, ProtocolH2, ProtocolAuto)
+	if c.Protocol != ProtocolHTTP1 && c.Protocol != "" {
+		v.add(key+".protocol", "%q upstreams are not supported by this version of ebb yet (use http1)", c.Protocol)
+	}
+	v.oneOf(key+".balancer", c.Balancer, BalancerP2C, BalancerRoundRobin)
+	d := c.Discovery
+	n := 0
+	for _, set := range []bool{d.Static != nil, d.File != "", d.DNS != nil, d.Kubernetes != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		v.add(key+".discovery", "missing: name one source (static, file, dns or kubernetes)")
+	case n > 1:
+		v.add(key+".discovery", "name exactly one source; found %d", n)
+	case d.Static != nil:
+		if len(d.Static) == 0 {
+			v.add(key+".discovery.static", "expected at least one host:port")
+		}
+		for i, ep := range d.Static {
+			v.hostPort(fmt.Sprintf("%s.discovery.static[%d]", key, i), ep)
+		}
+	case d.File != "":
+		v.add(key+".discovery.file", "file discovery is not supported by this version of ebb yet (use static)")
+	case d.DNS != nil:
+		v.add(key+".discovery.dns", "DNS discovery is not supported by this version of ebb yet (use static)")
+	case d.Kubernetes != nil:
+		v.add(key+".discovery.kubernetes", "Kubernetes discovery is not supported by this version of ebb yet (use static)")
+	}
+	v.positive(key+".timeouts.connect", c.Timeouts.Connect)
+	v.positive(key+".timeouts.response", c.Timeouts.Response)
+	v.positive(key+".timeouts.idle", c.Timeouts.Idle)
+	if c.MaxConnsPerEndpoint < 1 {
+		v.add(key+".max_conns_per_endpoint", "expected at least 1, got %d", c.MaxConnsPerEndpoint)
+	}
+}
+
+func (v *validator) drain(d Drain) {
+	v.positive("drain.timeout", d.Timeout)
+	if d.Delay+d.Spread >= d.Timeout && d.Timeout > 0 {
+		v.add("drain.timeout", "%s leaves no time to drain after delay (%s) and spread (%s); make it longer than both together", d.Timeout, d.Delay, d.Spread)
+	}
+	if d.MinDuration != nil && *d.MinDuration > d.Timeout {
+		v.add("drain.min_duration", "%s is longer than drain.timeout (%s)", *d.MinDuration, d.Timeout)
+	}
+	v.oneOf("drain.accept_until", d.AcceptUntil, AcceptUntilExit, AcceptUntilAfterDelay, AcceptUntilImmediately)
+	if len(d.Signals) == 0 {
+		v.add("drain.signals", "expected at least one signal, such as SIGTERM")
+	}
+	for i, s := range d.Signals {
+		v.oneOf(fmt.Sprintf("drain.signals[%d]", i), s, knownSignals...)
+	}
+	a := d.App
+	n := 0
+	if a.TCP != "" {
+		n++
+		v.hostPort("drain.app.tcp", a.TCP)
+	}
+	if a.HTTP != "" {
+		n++
+		if u, err := url.Parse(a.HTTP); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add("drain.app.http", "expected a URL such as http://127.0.0.1:9000/healthz, got %q", a.HTTP)
+		}
+	}
+	if a.PID != 0 {
+		n++
+		if a.PID < 0 {
+			v.add("drain.app.pid", "expected a process id above zero, got %d", a.PID)
+		}
+	}
+	if a.PIDFile != "" {
+		n++
+	}
+	if n > 1 {
+		v.add("drain.app", "name at most one of tcp, http, pid and pid_file; found %d", n)
+	}
+	v.positive("drain.app.interval", a.Interval)
+}

@@ -1,0 +1,136 @@
+package drain
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// Protocol is what a downstream connection speaks, once known.
+type Protocol int32
+
+// Protocols.
+const (
+	ProtoUnknown Protocol = iota
+	ProtoHTTP1
+	ProtoHTTP2
+	numProtocols
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case ProtoHTTP1:
+		return "http1"
+	case ProtoHTTP2:
+		return "http2"
+	}
+	return "unknown"
+}
+
+// State is where a downstream connection is in its life.
+type State int32
+
+// States. Upgraded connections (WebSocket and other Upgrade) have left
+// HTTP: they cannot be told to close in-band.
+const (
+	StateNew State = iota
+	StateActive
+	StateIdle
+	StateUpgraded
+	StateClosed
+	numStates
+)
+
+func (s State) String() string {
+	switch s {
+	case StateNew:
+		return "new"
+	case StateActive:
+		return "active"
+	case StateIdle:
+		return "idle"
+	case StateUpgraded:
+		return "upgraded"
+	}
+	return "closed"
+}
+
+// Conn is a downstream connection known to the Registry. It wraps the
+// accepted net.Conn; engines serve the Conn itself so that every byte and
+// the final Close pass through here.
+//
+// Listener and ClientIP are read-only after Track. Scratch belongs to the
+// goroutine serving the connection's current request (HTTP/1 serves one
+// request at a time per connection). proto and state are atomics because the
+// registry and metrics read them from other goroutines.
+type Conn struct {
+	net.Conn
+
+	// Listener is the name of the listener that accepted the connection.
+	Listener string
+	// ClientIP is the peer's address, formatted once for X-Forwarded-For.
+	ClientIP []byte
+	// Scratch is a per-connection buffer for building header values without
+	// allocating on every request.
+	Scratch []byte
+
+	reg       *Registry
+	proto     atomic.Int32
+	state     atomic.Int32
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Protocol returns the connection's protocol.
+func (c *Conn) Protocol() Protocol { return Protocol(c.proto.Load()) }
+
+// SetProtocol records the connection's protocol once it is known.
+func (c *Conn) SetProtocol(p Protocol) { c.proto.Store(int32(p)) }
+
+// State returns the connection's state.
+func (c *Conn) State() State { return State(c.state.Load()) }
+
+// SetState records a state change. Closed is final: a late transition
+// reported by an engine after Close is ignored.
+func (c *Conn) SetState(s State) {
+	for {
+		old := c.state.Load()
+		if State(old) == StateClosed || old == int32(s) {
+			return
+		}
+		if c.state.CompareAndSwap(old, int32(s)) {
+			return
+		}
+	}
+}
+
+// Close closes the connection once and removes it from the registry.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.Conn.Close()
+		c.state.Store(int32(StateClosed))
+		c.reg.remove(c)
+	})
+	return c.closeErr
+}
+
+// NetConn returns the wrapped connection.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+func formatIP(a net.Addr) []byte {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap().AppendTo(nil)
+		}
+	}
+	if a == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return []byte(a.String())
+	}
+	return []byte(host)
+}
+

@@ -1,0 +1,136 @@
+package drain
+
+import (
+	"context"
+	"net"
+	"sync"
+)
+
+// Registry knows every open downstream connection, so that a drain can act
+// on each one and tell when none is left. The request path never touches
+// it: connections are added at accept and removed at close.
+type Registry struct {
+	mu    sync.Mutex
+	conns map[*Conn]struct{} // guarded by mu
+	// empty is closed while no connection is open; it is replaced by an open
+	// channel when the first connection arrives. Guarded by mu.
+	empty chan struct{}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	empty := make(chan struct{})
+	close(empty)
+	return &Registry{conns: make(map[*Conn]struct{}), empty: empty}
+}
+
+// Track registers an accepted connection and returns the wrapper every
+// engine must use from then on.
+func (r *Registry) Track(nc net.Conn, listener string) *Conn {
+	c := &Conn{
+		Conn:     nc,
+		Listener: listener,
+		ClientIP: formatIP(nc.RemoteAddr()),
+		reg:      r,
+	}
+	r.mu.Lock()
+	if len(r.conns) == 0 {
+		r.empty = make(chan struct{})
+	}
+	r.conns[c] = struct{}{}
+	r.mu.Unlock()
+	return c
+}
+
+func (r *Registry) remove(c *Conn) {
+	r.mu.Lock()
+	if _, ok := r.conns[c]; ok {
+		delete(r.conns, c)
+		if len(r.conns) == 0 {
+			close(r.empty)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// Len returns the number of open connections.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
+}
+
+// Each calls f for every open connection. f must not call back into the
+// registry (closing a connection does, so collect first and close after).
+func (r *Registry) Each(f func(*Conn)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		f(c)
+	}
+}
+
+// Conns returns the open connections at this moment.
+func (r *Registry) Conns() []*Conn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Conn, 0, len(r.conns))
+	for c := range r.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// WaitEmpty blocks until no connection is open or ctx ends.
+func (r *Registry) WaitEmpty(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		empty := r.empty
+		n := len(r.conns)
+		r.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-empty:
+			// Loop: a new connection may have arrived since.
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// CloseAll closes every open connection now and returns how many it closed.
+func (r *Registry) CloseAll() int {
+	conns := r.Conns()
+	for _, c := range conns {
+		c.Close()
+	}
+	return len(conns)
+}
+
+// Count is the number of connections with one listener, protocol and state.
+type Count struct {
+	Listener string
+	Protocol Protocol
+	State    State
+	N        int
+}
+
+// Counts groups the open connections by listener, protocol and state.
+func (r *Registry) Counts() []Count {
+	type key struct {
+		l string
+		p Protocol
+		s State
+	}
+	m := map[key]int{}
+	r.Each(func(c *Conn) {
+		m[key{c.Listener, c.Protocol(), c.State()}]++
+	})
+	out := make([]Count, 0, len(m))
+	for k, n := range m {
+		out = append(out, Count{Listener: k.l, Protocol: k.p, State: k.s, N: n})
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// endpoint is one upstream address with its connection pool.
+//
+// addr and rt are read-only after construction; inflight is shared by every
+// request goroutine.
+type endpoint struct {
+	addr     string
+	inflight atomic.Int64
+	rt       roundTripper
+	dialer   *net.Dialer
+}
+
+// cluster is a set of interchangeable endpoints and the policy that picks
+// one for each request.
+//
+// cfg and the balancer choice are read-only after construction. endpoints
+// is an immutable slice swapped whole when discovery updates it: a request
+// loads it once and uses that snapshot.
+type cluster struct {
+	name      string
+	cfg       config.Cluster
+	endpoints atomic.Pointer[[]*endpoint]
+	rr        atomic.Uint64
+	p2c       bool
+	metrics   *clusterMetrics
+}
+
+func newCluster(cfg config.Cluster, m *clusterMetrics) *cluster {
+	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m}
+	eps := make([]*endpoint, 0, len(cfg.Discovery.Static))
+	for _, addr := range cfg.Discovery.Static {
+		eps = append(eps, c.newEndpoint(addr))
+	}
+	c.endpoints.Store(&eps)
+	return c
+}
+
+func (c *cluster) newEndpoint(addr string) *endpoint {
+	ep := &endpoint{addr: addr, dialer: &net.Dialer{Timeout: c.cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}}
+	hc := &fasthttp.HostClient{
+		Addr:                     addr,
+		Dial:                     c.dialFunc(ep),
+		MaxConns:                 c.cfg.MaxConnsPerEndpoint,
+		MaxIdleConnDuration:      c.cfg.Timeouts.Idle,
+		MaxConnWaitTimeout:       c.cfg.Timeouts.Connect,
+		ReadBufferSize:           upstreamReadBufferSize,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		// Most recently used first: the connection least likely to have
+		// been closed by the upstream's keep-alive timeout.
+		ConnPoolStrategy: fasthttp.LIFO,
+	}
+	ep.rt = newTransport(hc, c.cfg.Timeouts.Response, &ep.inflight)
+	return ep
+}
+
+// dialFunc opens upstream connections for ep's pool.
+func (c *cluster) dialFunc(ep *endpoint) fasthttp.DialFunc {
+	return func(string) (net.Conn, error) { return c.dial(ep) }
+}
+
+// dial opens a connection to ep. Dials are never refused by ebb itself,
+// whatever the drain phase: in-flight and late requests need them.
+func (c *cluster) dial(ep *endpoint) (*upConn, error) {
+	nc, err := ep.dialer.DialContext(context.Background(), "tcp", ep.addr)
+	if err != nil {
+		c.metrics.connectErrors.Add(context.Background(), 1, c.metrics.attrs...)
+		return nil, err
+	}
+	c.metrics.connects.Add(context.Background(), 1, c.metrics.attrs...)
+	return &upConn{Conn: nc}, nil
+}
+
+// pick chooses the endpoint for one request, or nil when there is none.
+func (c *cluster) pick() *endpoint {
+	eps := *c.endpoints.Load()
+	switch n := len(eps); n {
+	case 0:
+		return nil
+	case 1:
+		return eps[0]
+	default:
+		if !c.p2c {
+			return eps[(c.rr.Add(1)-1)%uint64(n)]
+		}
+		// Power of two choices: the less loaded of two distinct random
+		// endpoints (Mitzenmacher), which avoids herding onto the single
+		// least loaded one when many requests decide at once.
+		i := rand.IntN(n)
+		j := rand.IntN(n - 1)
+		if j >= i {
+			j++
+		}
+		a, b := eps[i], eps[j]
+		if b.inflight.Load() < a.inflight.Load() {
+			return b
+		}
+		return a
+	}
+}
+
+// close closes the idle upstream connections of every endpoint.
+func (c *cluster) close() {
+	for _, ep := range *c.endpoints.Load() {
+		ep.rt.close()
+	}
+}
+

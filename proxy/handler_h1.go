@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// prefetchedBody is how much of a request body fasthttp reads before the
+// handler runs; a body up to this size never touches the socket again.
+const prefetchedBody = 8 << 10
+
+var errBodyTooLarge = errors.New("proxy: request body exceeds limits.max_body_bytes")
+
+// handle serves one HTTP/1 request: route, forward, answer. It runs on a
+// fasthttp worker goroutine; it starts no goroutine and, in steady state,
+// allocates nothing. The upstream call is never bound to ctx (whose Done
+// fires when the engine shuts down, which would abort every request in
+// flight at the start of a drain).
+func (l *listener) handle(ctx *fasthttp.RequestCtx) {
+	start := ctx.Time()
+	const proto = drain.ProtoHTTP1
+	conn, _ := ctx.Conn().(*drain.Conn)
+	req := &ctx.Request
+	resp := &ctx.Response
+
+	if req.Header.IsConnect() {
+		t := l.p.snap.Load().tables[l.idx]
+		localReply(ctx, fasthttp.StatusMethodNotAllowed, "ebb: CONNECT is not supported\n")
+		t.noRoute.record(proto, fasthttp.StatusMethodNotAllowed, start)
+		return
+	}
+	uri := req.URI()
+	// Forward the path exactly as the client sent it.
+	uri.DisablePathNormalizing = true
+	if raw := req.Header.RequestURI(); len(raw) > 0 && raw[0] != '/' && raw[0] != '*' {
+		// Absolute form (RFC 9112 §3.2.2): the URI's host replaces Host.
+		req.Header.SetHostBytes(uri.Host())
+		req.UseHostHeader = true
+	}
+
+	t := l.p.snap.Load().tables[l.idx]
+	r := t.match(uri.Host(), uri.PathOriginal())
+	if r == nil {
+		localReply(ctx, fasthttp.StatusNotFound, "ebb: no route for this request\n")
+		t.noRoute.record(proto, fasthttp.StatusNotFound, start)
+		return
+	}
+	if req.Header.ConnectionUpgrade() && len(req.Header.Peek("Upgrade")) > 0 {
+		status := l.upgrade(ctx, conn, r)
+		r.metrics.record(proto, status, start)
+		return
+	}
+
+	cl := req.Header.ContentLength()
+	limit := int64(l.cfg.Limits.MaxBodyBytes)
+	if limit > 0 && int64(cl) > limit {
+		localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "ebb: request body too large\n")
+		resp.SetConnectionClose()
+		r.metrics.record(proto, fasthttp.StatusRequestEntityTooLarge, start)
+		return
+	}
+	var body *reqBody
+	if rs := req.BodyStream(); rs != nil && cl != 0 {
+		body = acquireReqBody(rs, conn, limit, cl < 0 || cl > prefetchedBody, l.cfg.Timeouts.Header)
+		req.SetBodyStream(body, cl)
+	}
+
+	l.prepareRequest(req, conn)
+	status := l.forward(ctx, r, body)
+	if body != nil {
+		releaseReqBody(body)
+	}
+	r.metrics.record(proto, status, start)
+}
+
+// prepareRequest applies the header rules to a request about to go
+// upstream.
+func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
+	stripHopByHop(&req.Header, false)
+	if req.MayContinue() {
+		// fasthttp has already answered 100 Continue and read on; the
+		// upstream gets the body without waiting.
+		req.Header.DelBytes(hdrExpect)
+	}
+	// The client's Connection: close is about its own connection; the
+	// upstream connection stays pooled.
+	req.Header.ResetConnectionClose()
+	if !req.Header.IsHTTP11() {
+		req.Header.SetProtocolBytes(http11)
+	}
+	if conn != nil {
+		conn.Scratch = setForwarded(&req.Header, conn.ClientIP, false, l.cfg.Headers.TrustForwarded, conn.Scratch)
+	}
+}
+
+// forward sends the request to an endpoint of r's cluster and puts the
+// answer, or ebb's error response, into ctx. It returns the status sent.
+func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) int {
+	ep := r.cluster.pick()
+	if ep == nil {
+		localReply(ctx, fasthttp.StatusServiceUnavailable, "ebb: no upstream endpoint available\n")
+		return fasthttp.StatusServiceUnavailable
+	}
+	ep.inflight.Add(1)
+	resp := &ctx.Response
+	if err := ep.rt.roundTrip(&ctx.Request, resp); err != nil {
+		return l.upstreamFailed(ctx, r, ep, body, err)
+	}
+	// The upstream's Connection: close was honoured on the upstream
+	// connection; it never closes the client's.
+	stripHopByHop(&resp.Header, false)
+	resp.Header.ResetConnectionClose()
+	return resp.StatusCode()
+}
+
+// upstreamFailed answers for a failed exchange and returns the status.
+func (l *listener) upstreamFailed(ctx *fasthttp.RequestCtx, r *route, ep *endpoint, body *reqBody, err error) int {
+	if body != nil && body.err != nil {
+		// The client, not the upstream, failed: it sent too much, or
+		// stopped sending. Either way its connection cannot be reused.
+		if errors.Is(body.err, errBodyTooLarge) {
+			localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "ebb: request body too large\n")
+			ctx.Response.SetConnectionClose()
+			return fasthttp.StatusRequestEntityTooLarge
+		}
+		localReply(ctx, fasthttp.StatusBadRequest, "ebb: could not read the request body\n")
+		ctx.Response.SetConnectionClose()
+		return fasthttp.StatusBadRequest
+	}
+	var ue *upstreamError
+	kind := errBroken
+	if errors.As(err, &ue) {
+		kind = ue.kind
+	}
+	r.cluster.metrics.upstreamError(kind)
+	status, msg := fasthttp.StatusBadGateway, "ebb: upstream failed\n"
+	switch kind {
+	case errConnect:
+		msg = "ebb: upstream connect failed\n"
+	case errOverloaded:
+		status, msg = fasthttp.StatusServiceUnavailable, "ebb: upstream connection limit reached\n"
+	case errTimeout:
+		status, msg = fasthttp.StatusGatewayTimeout, "ebb: upstream timed out\n"
+	}
+	l.p.log.Warn("upstream error", "listener", l.cfg.Name, "cluster", r.cluster.name,
+		"endpoint", ep.addr, "kind", errKindNames[kind], "status", status, "err", err)
+	localReply(ctx, status, msg)
+	return status
+}
+
+// localReply replaces the response with one ebb makes itself.
+func localReply(ctx *fasthttp.RequestCtx, status int, msg string) {
+	resp := &ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetBodyString(msg)
+}
+
+// reqBody wraps the client's streamed request body on its way upstream: it
+// enforces limits.max_body_bytes, gives each read a deadline, and keeps the
+// read error so that a failure of the client is not blamed on the upstream.
+// Pooled: it belongs to one request at a time.
+type reqBody struct {
+	r        io.Reader
+	conn     *drain.Conn
+	limit    int64 // 0: none
+	n        int64
+	deadline bool // the body is still on the socket: time each read
+	timeout  time.Duration
+	err      error
+}
+
+var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
+
+func acquireReqBody(r io.Reader, conn *drain.Conn, limit int64, onSocket bool, timeout time.Duration) *reqBody {
+	b := reqBodyPool.Get().(*reqBody)
+	*b = reqBody{r: r, conn: conn, limit: limit, deadline: onSocket && conn != nil, timeout: timeout}
+	return b
+}
+
+func releaseReqBody(b *reqBody) {
+	*b = reqBody{}
+	reqBodyPool.Put(b)
+}
+
+func (b *reqBody) Read(p []byte) (int, error) {
+	if b.deadline {
+		// The engine's header timeout would otherwise cut a long upload
+		// short; a body must instead keep making progress.
+		if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
+			b.err = err
+			return 0, err
+		}
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.limit > 0 && b.n > b.limit {
+		b.err = errBodyTooLarge
+		return n, errBodyTooLarge
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// listener is one configured listener: its socket, ebb's accept loop on it,
+// and the HTTP/1 engine serving what the loop accepts.
+type listener struct {
+	p    *Proxy
+	idx  int
+	cfg  config.Listener
+	srv  *fasthttp.Server
+	chl  *chanListener
+	loop *acceptLoop // set by bind
+}
+
+func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
+	l := &listener{p: p, idx: idx, cfg: cfg}
+	l.srv = &fasthttp.Server{
+		Handler: l.handle,
+		// Headers larger than the read buffer are answered with 431.
+		ReadBufferSize: int(cfg.Limits.MaxHeaderBytes),
+		// Bodies are streamed: fasthttp only prefetches the first bytes,
+		// and ebb enforces limits.max_body_bytes itself.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: math.MaxInt,
+		// A proxy must not parse multipart bodies, only forward them.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  cfg.Timeouts.Header,
+		IdleTimeout:                  cfg.Timeouts.Idle,
+		// The upstream's Server, Date and Content-Type pass through as
+		// they are; ebb adds none of its own.
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		ConnState:             connState,
+		Logger:                fasthttpLogger{l: p.log.With("listener", cfg.Name)},
+	}
+	return l
+}
+
+// connState mirrors fasthttp's view of each connection into the registry.
+func connState(c net.Conn, s fasthttp.ConnState) {
+	dc, ok := c.(*drain.Conn)
+	if !ok {
+		return
+	}
+	switch s {
+	case fasthttp.StateActive:
+		dc.SetState(drain.StateActive)
+	case fasthttp.StateIdle:
+		dc.SetState(drain.StateIdle)
+	case fasthttp.StateHijacked:
+		dc.SetState(drain.StateUpgraded)
+	}
+}
+
+// bind opens the listening socket.
+func (l *listener) bind() error {
+	ln, err := net.Listen("tcp", l.cfg.Address)
+	if err != nil {
+		return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
+	}
+	l.chl = newChanListener(ln.Addr())
+	l.loop = newAcceptLoop(ln, l.cfg.Name, l.p.reg, func(c *drain.Conn) {
+		c.SetProtocol(drain.ProtoHTTP1)
+		l.chl.deliver(c)
+	})
+	return nil
+}
+
+// serve runs the accept loop and the engine until both have stopped.
+func (l *listener) serve() {
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		l.loop.run()
+	}()
+	if err := l.srv.Serve(l.chl); err != nil {
+		l.p.log.Error("engine stopped", "listener", l.cfg.Name, "err", err)
+	}
+	// The engine stops on Shutdown or Close, which stop the loop first.
+	<-loopDone
+}
+
+func (l *listener) stopAccepting() {
+	if l.loop != nil {
+		l.loop.stop()
+	}
+}
+
+func (l *listener) shutdown(ctx context.Context) error {
+	l.stopAccepting()
+	if l.chl == nil {
+		return nil
+	}
+	return l.srv.ShutdownWithContext(ctx)
+}
+
+func (l *listener) close() {
+	l.stopAccepting()
+	if l.chl != nil {
+		l.chl.Close()
+	}
+}
+
+// fasthttpLogger sends fasthttp's own messages (malformed requests and the
+// like) to the debug log: they are about clients, not about ebb.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}

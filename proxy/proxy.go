@@ -1,0 +1,169 @@
+// Package proxy is ebb's data path: listeners with ebb's own accept loop,
+// the HTTP/1 engine on fasthttp, routing, clusters and their balancers, the
+// upstream transport, header rules, timeouts and limits.
+//
+// Routes and clusters reach the request path as an immutable snapshot
+// behind an atomic pointer: a request loads it once and uses it to the end,
+// and an update swaps in a new one without a lock.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// ErrClosed is returned by Start after Shutdown or Close.
+var ErrClosed = errors.New("proxy: closed")
+
+// snapshot is the dynamic configuration compiled for the request path.
+// It is immutable once published.
+type snapshot struct {
+	tables   []*routeTable // indexed like the static listeners
+	clusters map[string]*cluster
+}
+
+// Proxy serves every listener of one configuration.
+//
+// listeners is fixed at New. snap is swapped by Update. mu guards started
+// and closed.
+type Proxy struct {
+	log       *slog.Logger
+	reg       *drain.Registry
+	metrics   *metrics
+	listeners []*listener
+	snap      atomic.Pointer[snapshot]
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	wg      sync.WaitGroup // serving goroutines
+}
+
+// New builds a proxy for cfg. It binds nothing until Start.
+func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.Logger) (*Proxy, error) {
+	m, err := newMetrics(meter, reg)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
+	}
+	p := &Proxy{log: log, reg: reg, metrics: m}
+	for i, l := range cfg.Listeners {
+		p.listeners = append(p.listeners, newListener(p, i, l))
+	}
+	p.snap.Store(p.build(cfg))
+	return p, nil
+}
+
+// build compiles routes and clusters. A later Update will carry endpoints
+// and pools of unchanged clusters over, since they must outlive a reload.
+func (p *Proxy) build(cfg *config.Config) *snapshot {
+	s := &snapshot{clusters: make(map[string]*cluster, len(cfg.Clusters))}
+	for _, c := range cfg.Clusters {
+		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name))
+	}
+	for _, l := range cfg.Listeners {
+		t := &routeTable{noRoute: p.metrics.forRoute(l.Name, "")}
+		byCluster := map[string]*routeMetrics{}
+		for _, r := range l.Routes {
+			rm, ok := byCluster[r.Cluster]
+			if !ok {
+				rm = p.metrics.forRoute(l.Name, r.Cluster)
+				byCluster[r.Cluster] = rm
+			}
+			t.routes = append(t.routes, compileRoute(r, s.clusters[r.Cluster], rm))
+		}
+		s.tables = append(s.tables, t)
+	}
+	return s
+}
+
+// Start binds every listener and starts serving. If one cannot be bound,
+// those already bound are closed and the error names the listener.
+func (p *Proxy) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if p.started {
+		return errors.New("proxy: already started")
+	}
+	for i, l := range p.listeners {
+		if err := l.bind(); err != nil {
+			for _, b := range p.listeners[:i] {
+				b.close()
+			}
+			return err
+		}
+	}
+	p.started = true
+	for _, l := range p.listeners {
+		p.wg.Go(l.serve)
+	}
+	return nil
+}
+
+// Addr returns the bound address of the named listener, or nil.
+func (p *Proxy) Addr(name string) net.Addr {
+	for _, l := range p.listeners {
+		if l.cfg.Name == name && l.loop != nil {
+			return l.loop.ln.Addr()
+		}
+	}
+	return nil
+}
+
+// StopAccepting closes every listening socket; open connections are served
+// on.
+func (p *Proxy) StopAccepting() {
+	for _, l := range p.listeners {
+		l.stopAccepting()
+	}
+}
+
+// Shutdown stops accepting, lets requests in flight finish with
+// Connection: close, closes idle connections, and waits for the engines to
+// finish or ctx to end. Safe to call more than once.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	errs := make([]error, len(p.listeners))
+	var wg sync.WaitGroup
+	for i, l := range p.listeners {
+		wg.Go(func() { errs[i] = l.shutdown(ctx) })
+	}
+	wg.Wait() // each shutdown returns by the time ctx ends
+	p.wg.Wait()
+	p.closeUpstreams()
+	return errors.Join(errs...)
+}
+
+// Close stops everything now: sockets, engines and every connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	for _, l := range p.listeners {
+		l.close()
+	}
+	p.reg.CloseAll()
+	p.wg.Wait()
+	p.closeUpstreams()
+	return nil
+}
+
+func (p *Proxy) closeUpstreams() {
+	for _, c := range p.snap.Load().clusters {
+		c.close()
+	}
+}

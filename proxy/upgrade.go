@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// maxUpgradeRefusalBody bounds the body of an upstream's refusal of an
+// upgrade (a 4xx instead of 101), which is read whole.
+const maxUpgradeRefusalBody = 1 << 20
+
+// upgrade forwards a request asking for a protocol upgrade (WebSocket and
+// other Upgrade). On 101 the client connection is hijacked and bytes are
+// relayed both ways until either side closes; the connection is then
+// "upgraded" in the registry, which a drain can only close at its deadline.
+// It returns the status sent to the client.
+func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route) int {
+	ep := r.cluster.pick()
+	if ep == nil {
+		localReply(ctx, fasthttp.StatusServiceUnavailable, "ebb: no upstream endpoint available\n")
+		return fasthttp.StatusServiceUnavailable
+	}
+	up, err := r.cluster.dial(ep)
+	if err != nil {
+		return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errConnect, err: err})
+	}
+	req := &ctx.Request
+	stripHopByHop(&req.Header, true)
+	req.Header.ResetConnectionClose()
+	if conn != nil {
+		conn.Scratch = setForwarded(&req.Header, conn.ClientIP, false, l.cfg.Headers.TrustForwarded, conn.Scratch)
+	}
+	bw := bufio.NewWriter(up)
+	if err := req.Write(bw); err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		up.Close()
+		return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errBroken, err: err})
+	}
+	up.SetReadDeadline(time.Now().Add(r.cluster.cfg.Timeouts.Response))
+	br := bufio.NewReaderSize(up, upstreamReadBufferSize)
+	resp := &ctx.Response
+	if err := readResponseHeader(resp, br); err != nil {
+		up.Close()
+		kind := errBroken
+		if isTimeout(err) {
+			kind = errTimeout
+		}
+		return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: kind, err: err})
+	}
+	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		// Refused: relay the answer as an ordinary response.
+		defer up.Close()
+		if !req.Header.IsHead() {
+			if err := resp.ReadBody(br, maxUpgradeRefusalBody); err != nil {
+				return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errBroken, err: err})
+			}
+		}
+		stripHopByHop(&resp.Header, false)
+		resp.Header.ResetConnectionClose()
+		return resp.StatusCode()
+	}
+	up.SetReadDeadline(time.Time{})
+	stripHopByHop(&resp.Header, true)
+	head := append([]byte(nil), resp.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(down net.Conn) {
+		if conn != nil {
+			conn.SetState(drain.StateUpgraded)
+		}
+		if _, err := down.Write(head); err != nil {
+			up.Close()
+			return
+		}
+		relay(down, conn, up, br)
+	})
+	return fasthttp.StatusSwitchingProtocols
+}
+
+// relay copies bytes both ways between an upgraded client connection and
+// its upstream. As in net/http/httputil, the first direction to end ends
+// both: the connections are closed and the other copy returns. down reads
+// through the engine's buffer (it may hold bytes the client sent right
+// after its request); conn is the same client connection, closed at the
+// end so that the registry sees it go.
+func relay(down net.Conn, conn *drain.Conn, up *upConn, upReader *bufio.Reader) {
+	done := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(up, down)
+		done <- struct{}{}
+	})
+	wg.Go(func() {
+		io.Copy(down, upReader)
+		done <- struct{}{}
+	})
+	<-done
+	up.Close()
+	down.Close()
+	if conn != nil {
+		conn.Close()
+	}
+	wg.Wait()
+}

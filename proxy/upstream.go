@@ -1,0 +1,275 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxBufferedBody is the largest response body with a known length that is
+// read whole before it is written downstream. Up to this size buffering
+// frees the upstream connection sooner and costs nothing per request;
+// anything larger, or of unknown length, is streamed through.
+const maxBufferedBody = 64 << 10
+
+// upstreamReadBufferSize bounds an upstream response's status line and
+// headers.
+const upstreamReadBufferSize = 16 << 10
+
+// errKind says how an upstream exchange failed, which decides the status
+// ebb answers with and, later, whether a retry is safe.
+type errKind uint8
+
+const (
+	// errConnect: no connection could be established; nothing was sent.
+	errConnect errKind = iota + 1
+	// errOverloaded: every connection allowed to the endpoint is busy.
+	errOverloaded
+	// errTimeout: the response (or a read of its body) took too long.
+	errTimeout
+	// errBroken: the connection failed after the request was (maybe) sent
+	// and before a complete response header arrived.
+	errBroken
+)
+
+var errKindNames = [...]string{
+	errConnect:    "connect",
+	errOverloaded: "overloaded",
+	errTimeout:    "timeout",
+	errBroken:     "broken",
+}
+
+// upstreamError is an upstream exchange's failure with its kind.
+type upstreamError struct {
+	kind errKind
+	// reused is true when the connection had served a request before; a
+	// reused connection that broke before any response byte is the classic
+	// keep-alive race.
+	reused bool
+	err    error
+}
+
+func (e *upstreamError) Error() string { return e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// upConn is an upstream connection with what ebb needs to know about it.
+type upConn struct {
+	net.Conn
+	used bool // it has carried a complete exchange
+}
+
+// pooledConn is what fasthttp's HostClient hands out: its clientConn type
+// is unexported, so the transport is generic over it.
+type pooledConn interface {
+	Conn() net.Conn
+}
+
+// roundTripper sends one request to one endpoint.
+type roundTripper interface {
+	roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error
+	close()
+}
+
+// transport drives one exchange over a connection of a fasthttp HostClient:
+// HostClient owns dialling and the pool (most recent first, idle ones
+// closed after the cluster's idle timeout); the transport owns the exchange,
+// so that it can read small bodies whole, stream large ones without
+// allocating, and classify failures precisely.
+//
+// All fields are read-only after construction.
+type transport[C pooledConn] struct {
+	hc              *fasthttp.HostClient
+	acquire         func(time.Duration, bool) (C, error)
+	release         func(C)
+	discard         func(C)
+	responseTimeout time.Duration
+	// inflight counts exchanges not yet over; the caller adds one before
+	// roundTrip and the transport takes it off when the exchange ends.
+	inflight *atomic.Int64
+	streams  sync.Pool // of *bodyStream[C]
+}
+
+func newTransport(hc *fasthttp.HostClient, responseTimeout time.Duration, inflight *atomic.Int64) roundTripper {
+	return newTransportOf(hc, hc.AcquireConn, hc.ReleaseConn, hc.CloseConn, responseTimeout, inflight)
+}
+
+func newTransportOf[C pooledConn](hc *fasthttp.HostClient, acquire func(time.Duration, bool) (C, error), release, discard func(C), responseTimeout time.Duration, inflight *atomic.Int64) *transport[C] {
+	t := &transport[C]{hc: hc, acquire: acquire, release: release, discard: discard, responseTimeout: responseTimeout, inflight: inflight}
+	t.streams.New = func() any { return &bodyStream[C]{t: t} }
+	return t
+}
+
+func (t *transport[C]) close() { t.hc.CloseIdleConnections() }
+
+func (t *transport[C]) finish() { t.inflight.Add(-1) }
+
+// roundTrip writes req and reads the response into resp. The exchange is
+// over (and the in-flight count taken down) when roundTrip returns, except
+// for a streamed body, where it is over when the stream is closed.
+func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error {
+	done := t.finish
+	cc, err := t.acquire(0, false)
+	if err != nil {
+		done()
+		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+			return &upstreamError{kind: errOverloaded, err: err}
+		}
+		return &upstreamError{kind: errConnect, err: err}
+	}
+	conn := cc.Conn()
+	uc, _ := conn.(*upConn)
+	reused := uc != nil && uc.used
+
+	bw := t.hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	t.hc.ReleaseWriter(bw)
+	if err != nil {
+		t.discard(cc)
+		done()
+		return &upstreamError{kind: errBroken, reused: reused, err: err}
+	}
+
+	if err := conn.SetReadDeadline(time.Now().Add(t.responseTimeout)); err != nil {
+		t.discard(cc)
+		done()
+		return &upstreamError{kind: errBroken, reused: reused, err: err}
+	}
+	br := t.hc.AcquireReader(conn)
+	if err := readResponseHeader(resp, br); err != nil {
+		t.hc.ReleaseReader(br)
+		t.discard(cc)
+		done()
+		if isTimeout(err) {
+			return &upstreamError{kind: errTimeout, reused: reused, err: err}
+		}
+		return &upstreamError{kind: errBroken, reused: reused, err: err}
+	}
+	keepAlive := !resp.Header.ConnectionClose() && !req.Header.ConnectionClose()
+
+	status := resp.StatusCode()
+	cl := resp.Header.ContentLength()
+	switch {
+	case req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
+		resp.SkipBody = true
+	case cl >= 0 && cl <= maxBufferedBody:
+		// Small body: read it whole and free the connection now.
+		if err := resp.ReadBody(br, 0); err != nil {
+			t.hc.ReleaseReader(br)
+			t.discard(cc)
+			done()
+			resp.Reset()
+			if isTimeout(err) {
+				return &upstreamError{kind: errTimeout, reused: reused, err: err}
+			}
+			return &upstreamError{kind: errBroken, reused: reused, err: err}
+		}
+	default:
+		s := t.streams.Get().(*bodyStream[C])
+		s.cc, s.conn, s.br, s.keepAlive = cc, conn, br, keepAlive
+		s.up.Header.SetContentLength(cl)
+		s.up.StreamBody = true
+		if err := s.up.ReadBody(br, 0); err != nil {
+			s.CloseWithError(err)
+			resp.Reset()
+			return &upstreamError{kind: errBroken, reused: reused, err: err}
+		}
+		resp.SetBodyStream(s, cl)
+		return nil
+	}
+	t.hc.ReleaseReader(br)
+	if keepAlive {
+		if uc != nil {
+			uc.used = true
+		}
+		t.release(cc)
+	} else {
+		t.discard(cc)
+	}
+	done()
+	return nil
+}
+
+// readResponseHeader reads the final response header, skipping interim
+// (1xx) responses other than 101.
+func readResponseHeader(resp *fasthttp.Response, br *bufio.Reader) error {
+	for range 16 {
+		if err := resp.Header.Read(br); err != nil {
+			return err
+		}
+		if s := resp.StatusCode(); s >= 200 || s == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
+	}
+	return errors.New("proxy: too many interim responses")
+}
+
+// bodyStream streams an upstream response body downstream. fasthttp's
+// server reads it while writing the response and then calls CloseWithError,
+// which returns the connection to the pool (body read whole, keep-alive) or
+// closes it. Streams are pooled per transport so that streaming allocates
+// nothing per request.
+type bodyStream[C pooledConn] struct {
+	t         *transport[C]
+	up        fasthttp.Response // holds fasthttp's body decoder (length or chunked)
+	cc        C
+	conn      net.Conn
+	br        *bufio.Reader
+	keepAlive bool
+	eof       bool
+}
+
+func (s *bodyStream[C]) Read(p []byte) (int, error) {
+	if err := s.conn.SetReadDeadline(time.Now().Add(s.t.responseTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := s.up.BodyStream().Read(p)
+	if err == io.EOF {
+		s.eof = true
+	}
+	return n, err
+}
+
+// CloseWithError ends the stream; err is why the writer stopped, if it did.
+func (s *bodyStream[C]) CloseWithError(err error) error {
+	t := s.t
+	reuse := err == nil && s.eof && s.keepAlive
+	if !reuse {
+		// Unblock and end the connection first: the body decoder must not
+		// be left mid-body on a pooled connection.
+		s.conn.Close()
+	}
+	s.up.CloseBodyStream()
+	t.hc.ReleaseReader(s.br)
+	if reuse {
+		if uc, ok := s.conn.(*upConn); ok {
+			uc.used = true
+		}
+		t.release(s.cc)
+	} else {
+		t.discard(s.cc)
+	}
+	var zero C
+	s.cc, s.conn, s.br, s.eof, s.keepAlive = zero, nil, nil, false, false
+	s.up.Reset()
+	t.streams.Put(s)
+	t.finish()
+	return nil
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,99 @@
+// Package telemetry sets up ebb's logs and metrics: a slog logger (JSON or
+// text) and an OpenTelemetry meter provider whose readings are exported in
+// the Prometheus format on the admin server's /metrics.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// MeterName is the instrumentation scope of every ebb instrument.
+const MeterName = "github.com/ebb-proxy/ebb"
+
+// Telemetry owns the logger and the meter provider.
+type Telemetry struct {
+	Logger *slog.Logger
+	// Meter creates instruments; it is a no-op meter when metrics are off.
+	Meter metric.Meter
+
+	provider *sdkmetric.MeterProvider
+	registry *prometheus.Registry
+}
+
+// New builds the logger writing to w and, when enabled, the meter provider.
+func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
+	logger, err := NewLogger(cfg.Log, w)
+	if err != nil {
+		return nil, err
+	}
+	t := &Telemetry{Logger: logger, Meter: noop.NewMeterProvider().Meter(MeterName)}
+	if !cfg.Metrics.Prometheus {
+		return t, nil
+	}
+	t.registry = prometheus.NewRegistry()
+	t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exporter, err := otelprom.New(
+		otelprom.WithRegisterer(t.registry),
+		otelprom.WithoutScopeInfo(),
+		otelprom.WithoutTargetInfo(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: creating the Prometheus exporter: %w", err)
+	}
+	t.provider = sdkmetric.NewMeterProvider(
+		sdkmetric.WithReader(exporter),
+		sdkmetric.WithView(sdkmetric.NewView(
+			sdkmetric.Instrument{Name: "*duration*"},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
+				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+			}},
+		)),
+	)
+	t.Meter = t.provider.Meter(MeterName)
+	return t, nil
+}
+
+// MetricsHandler serves the Prometheus text format, or 404 when metrics
+// are off.
+func (t *Telemetry) MetricsHandler() http.Handler {
+	if t.registry == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown flushes and stops the meter provider.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if t.provider == nil {
+		return nil
+	}
+	return t.provider.Shutdown(ctx)
+}
+
+// NewLogger builds the process logger.
+func NewLogger(cfg config.Log, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToUpper(cfg.Level))); err != nil {
+		return nil, fmt.Errorf("telemetry: log level %q: %w", cfg.Level, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}

@@ -133,4 +133,3 @@ func formatIP(a net.Addr) []byte {
 	}
 	return []byte(host)
 }
-

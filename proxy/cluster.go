@@ -118,4 +118,3 @@ func (c *cluster) close() {
 		ep.rt.close()
 	}
 }
-

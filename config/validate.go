@@ -29,7 +29,7 @@ func (c *Config) Validate() []Problem {
 	for i, l := range c.Listeners {
 		key := fmt.Sprintf("listeners[%d]", i)
 		v.name(key+".name", l.Name, names)
-		if v.hostPort(key+".address", l.Address) {
+		if v.hostPort(key+".address", l.Address) && !strings.HasSuffix(l.Address, ":0") {
 			if other, dup := addrs[l.Address]; dup {
 				v.add(key+".address", "%s is already the address of listener %q", l.Address, other)
 			}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README's test command runs it: installs the
+# tools the tests need, then checks formatting, vets, and runs every test
+# with the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./e2e/deps.sh
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 14m ./...

@@ -5,7 +5,7 @@ import "time"
 // Defaults. Each is documented, with its reason, in examples/ebb.yaml.
 const (
 	DefaultAdminAddress        = "127.0.0.1:9901"
-	DefaultMaxHeaderBytes      = 64 << 10
+	DefaultMaxHeaderBytes      = 32 << 10
 	DefaultHeaderTimeout       = 10 * time.Second
 	DefaultIdleTimeout         = 120 * time.Second
 	DefaultConnectTimeout      = 2 * time.Second

@@ -83,14 +83,14 @@ func Load(path string, opts Options) (*Config, error) {
 	}}
 	d.decode("", tree, reflect.ValueOf(cfg).Elem())
 	problems = append(problems, d.problems...)
+	// Validate even after decoding problems, so that one run of ebb check
+	// lists everything (a misspelt key also shows as the missing one).
+	for _, p := range cfg.Validate() {
+		p.Source = d.source(p.Key)
+		problems = append(problems, p)
+	}
 	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
-	}
-	if ps := cfg.Validate(); len(ps) > 0 {
-		for i := range ps {
-			ps[i].Source = d.source(ps[i].Key)
-		}
-		return nil, &Error{Problems: ps}
 	}
 	return cfg, nil
 }

@@ -82,7 +82,7 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 // prepareRequest applies the header rules to a request about to go
 // upstream.
 func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
-	stripHopByHop(&req.Header, false)
+	stripRequestHopByHop(&req.Header, false)
 	if req.MayContinue() {
 		// fasthttp has already answered 100 Continue and read on; the
 		// upstream gets the body without waiting.
@@ -114,7 +114,7 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 	}
 	// The upstream's Connection: close was honoured on the upstream
 	// connection; it never closes the client's.
-	stripHopByHop(&resp.Header, false)
+	stripResponseHopByHop(&resp.Header, false)
 	resp.Header.ResetConnectionClose()
 	return resp.StatusCode()
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"iter"
 
 	"github.com/valyala/fasthttp"
 )
@@ -40,28 +39,36 @@ var protectedFromConnection = [...]string{"Content-Length", "Transfer-Encoding",
 // headerSet is the part of fasthttp's request and response headers that
 // hop-by-hop stripping needs.
 type headerSet interface {
-	All() iter.Seq2[[]byte, []byte]
 	Peek(key string) []byte
 	Del(key string)
+}
+
+// stripRequestHopByHop strips a request's hop-by-hop headers (see
+// stripHopByHop). The scan is written per concrete header type so that the
+// iterator stays on the stack: the common case allocates nothing.
+func stripRequestHopByHop(h *fasthttp.RequestHeader, keepUpgrade bool) {
+	for k := range h.All() {
+		if isHopByHop(k) {
+			stripHopByHop(h, keepUpgrade)
+			return
+		}
+	}
+}
+
+// stripResponseHopByHop strips a response's hop-by-hop headers.
+func stripResponseHopByHop(h *fasthttp.ResponseHeader, keepUpgrade bool) {
+	for k := range h.All() {
+		if isHopByHop(k) {
+			stripHopByHop(h, keepUpgrade)
+			return
+		}
+	}
 }
 
 // stripHopByHop removes the hop-by-hop headers from h, with every header
 // the Connection header names. keepUpgrade keeps Connection and Upgrade, for
 // a protocol upgrade being forwarded on purpose.
-//
-// One pass over the headers finds whether anything needs removing; in the
-// common case (nothing) it allocates nothing and deletes nothing.
 func stripHopByHop(h headerSet, keepUpgrade bool) {
-	found := false
-	for k := range h.All() {
-		if isHopByHop(k) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return
-	}
 	if !keepUpgrade {
 		// The Connection header's options name more hop-by-hop headers.
 		if v := h.Peek("Connection"); len(v) > 0 {

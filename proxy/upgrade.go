@@ -32,7 +32,7 @@ func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route)
 		return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errConnect, err: err})
 	}
 	req := &ctx.Request
-	stripHopByHop(&req.Header, true)
+	stripRequestHopByHop(&req.Header, true)
 	req.Header.ResetConnectionClose()
 	if conn != nil {
 		conn.Scratch = setForwarded(&req.Header, conn.ClientIP, false, l.cfg.Headers.TrustForwarded, conn.Scratch)
@@ -64,12 +64,12 @@ func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route)
 				return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errBroken, err: err})
 			}
 		}
-		stripHopByHop(&resp.Header, false)
+		stripResponseHopByHop(&resp.Header, false)
 		resp.Header.ResetConnectionClose()
 		return resp.StatusCode()
 	}
 	up.SetReadDeadline(time.Time{})
-	stripHopByHop(&resp.Header, true)
+	stripResponseHopByHop(&resp.Header, true)
 	head := append([]byte(nil), resp.Header.Header()...)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(down net.Conn) {

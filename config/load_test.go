@@ -1,0 +1,352 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimal = `
+listeners:
+  - name: public
+    address: 127.0.0.1:8080
+    routes:
+      - match: { path_prefix: "/" }
+        cluster: app
+clusters:
+  - name: app
+    discovery: { static: ["127.0.0.1:9000"] }
+`
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ebb.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadDefaults(t *testing.T) {
+	cfg, err := Load(writeConfig(t, minimal), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, c := cfg.Listeners[0], cfg.Clusters[0]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"admin.address", cfg.Admin.Address, DefaultAdminAddress},
+		{"role", l.Role, RoleInbound},
+		{"max_header_bytes", l.Limits.MaxHeaderBytes, Size(32 << 10)},
+		{"max_body_bytes", l.Limits.MaxBodyBytes, Size(0)},
+		{"timeouts.header", l.Timeouts.Header, 10 * time.Second},
+		{"timeouts.idle", l.Timeouts.Idle, 120 * time.Second},
+		{"protocol", c.Protocol, ProtocolHTTP1},
+		{"balancer", c.Balancer, BalancerP2C},
+		{"connect", c.Timeouts.Connect, 2 * time.Second},
+		{"response", c.Timeouts.Response, 30 * time.Second},
+		{"upstream idle", c.Timeouts.Idle, 30 * time.Second},
+		{"max_conns", c.MaxConnsPerEndpoint, 512},
+		{"drain.spread", cfg.Drain.Spread, 2 * time.Second},
+		{"drain.timeout", cfg.Drain.Timeout, 25 * time.Second},
+		{"drain.min_duration", cfg.Drain.EffectiveMinDuration(), 2 * time.Second},
+		{"drain.idle_close", cfg.Drain.HTTP1.IdleClose, IdleClose(time.Second)},
+		{"drain.signals", strings.Join(cfg.Drain.Signals, ","), "SIGTERM,SIGINT"},
+		{"log.format", cfg.Telemetry.Log.Format, "json"},
+		{"prometheus", cfg.Telemetry.Metrics.Prometheus, true},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// The annotated example is the reference for every default: it must load,
+// and must say what Default and the element defaults say.
+func TestExampleMatchesDefaults(t *testing.T) {
+	ex, err := Load("../examples/ebb.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := Load(writeConfig(t, minimal), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example names its own listener and origin; compare the rest.
+	ex.Listeners[0].Name, ex.Listeners[0].Address, ex.Listeners[0].Routes = def.Listeners[0].Name, def.Listeners[0].Address, def.Listeners[0].Routes
+	ex.Clusters[0].Discovery = def.Clusters[0].Discovery
+	ex.Source = def.Source
+	if got, want := render(ex), render(def); got != want {
+		t.Errorf("examples/ebb.yaml differs from the defaults:\n got %s\nwant %s", got, want)
+	}
+}
+
+func render(c *Config) string {
+	var b strings.Builder
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for _, k := range sortedKeys(x) {
+				walk(prefix+"."+k, x[k])
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", prefix, i), e)
+			}
+		default:
+			b.WriteString(prefix)
+			b.WriteString("=")
+			fmt.Fprintf(&b, "%v\n", v)
+		}
+	}
+	walk("", c.Map())
+	return b.String()
+}
+
+func TestLoadProblems(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		sets []string
+		env  []string
+		want []string // each must appear in the error
+	}{
+		{
+			name: "unknown key with suggestion",
+			yaml: strings.Replace(minimal, "address:", "adress:", 1),
+			want: []string{"ebb.yaml: listeners[0].adress: unknown key (did you mean \"address\"?)", "listeners[0].address: missing"},
+		},
+		{
+			name: "unknown top-level key lists known keys",
+			yaml: minimal + "bogus: 1\n",
+			want: []string{"bogus: unknown key (known here: admin, listeners, clusters, drain, telemetry)"},
+		},
+		{
+			name: "bad duration and size",
+			yaml: minimal + "drain: { delay: 5x }\n",
+			sets: []string{"listeners.0.limits.max_header_bytes=lots"},
+			want: []string{
+				"ebb.yaml: drain.delay: expected a duration such as 500ms, 2s or 1m, got \"5x\"",
+				"flag -set listeners.0.limits.max_header_bytes=lots: listeners[0].limits.max_header_bytes: expected a size",
+			},
+		},
+		{
+			name: "bare number is not a duration",
+			yaml: minimal + "drain: { timeout: 30 }\n",
+			want: []string{"drain.timeout: expected a duration such as 500ms, 2s or 1m, got 30"},
+		},
+		{
+			name: "environment is named as the source",
+			yaml: minimal,
+			env:  []string{"EBB_DRAIN__QUIET=soon"},
+			want: []string{"environment EBB_DRAIN__QUIET: drain.quiet: expected a duration"},
+		},
+		{
+			name: "route to a missing cluster",
+			yaml: strings.Replace(minimal, "cluster: app", "cluster: api", 1),
+			want: []string{"listeners[0].routes[0].cluster: no cluster is named \"api\""},
+		},
+		{
+			name: "bad address, enum and endpoint",
+			yaml: `
+listeners:
+  - name: a
+    address: localhost
+    role: sidecar
+    routes: [{ cluster: c }]
+clusters:
+  - name: c
+    balancer: random
+    discovery: { static: ["127.0.0.1"] }
+`,
+			want: []string{
+				"listeners[0].address: expected host:port, such as 127.0.0.1:8080, got \"localhost\"",
+				"listeners[0].role: expected one of inbound, outbound, got \"sidecar\"",
+				"clusters[0].balancer: expected one of p2c, round_robin, got \"random\"",
+				"clusters[0].discovery.static[0]: expected host:port",
+			},
+		},
+		{
+			name: "duplicate names and addresses",
+			yaml: minimal + `  - name: app
+    discovery: { static: ["127.0.0.1:9001"] }
+`,
+			sets: []string{"listeners.1.name=public", "listeners.1.address=127.0.0.1:8080", "listeners.1.routes=[{cluster: app}]"},
+			want: []string{
+				"clusters[1].name: the name \"app\" is used twice",
+				"listeners[1].name: the name \"public\" is used twice",
+				"listeners[1].address: 127.0.0.1:8080 is already the address of listener \"public\"",
+			},
+		},
+		{
+			name: "two discovery sources",
+			yaml: strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, `discovery: { static: ["127.0.0.1:9000"], file: eps.yaml }`, 1),
+			want: []string{"clusters[0].discovery: name exactly one source; found 2"},
+		},
+		{
+			name: "drain timeout shorter than delay plus spread",
+			yaml: minimal + "drain: { delay: 20s, spread: 10s, timeout: 25s }\n",
+			want: []string{"drain.timeout: 25s leaves no time to drain"},
+		},
+		{
+			name: "unknown signal and two app watchers",
+			yaml: minimal + "drain: { signals: [SIGTERM, SIGKILL], app: { tcp: 127.0.0.1:9000, pid: 12 } }\n",
+			want: []string{"drain.signals[1]: expected one of SIGTERM", "drain.app: name at most one of tcp, http, pid and pid_file; found 2"},
+		},
+		{
+			name: "wrong shapes",
+			yaml: "listeners: public\nclusters: [{ name: c, discovery: { static: 5 } }]\n",
+			want: []string{"listeners: expected a list, got \"public\"", "clusters[0].discovery.static: expected a list, got 5"},
+		},
+		{
+			name: "no listeners",
+			yaml: "clusters: []\n",
+			want: []string{"listeners: at least one listener is needed"},
+		},
+		{
+			name: "malformed -set",
+			yaml: minimal,
+			sets: []string{"drain.delay"},
+			want: []string{"flag -set drain.delay: expected key=value"},
+		},
+		{
+			name: "index past the end of a list",
+			yaml: minimal,
+			env:  []string{"EBB_LISTENERS__5__NAME=x"},
+			want: []string{"listeners[5].name: no list element 5 (the list has 1)"},
+		},
+		{
+			name: "invalid YAML",
+			yaml: "listeners: [\n",
+			want: []string{"ebb.yaml: not valid YAML"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeConfig(t, tt.yaml), Options{Sets: tt.sets, Environ: tt.env})
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a *config.Error", err)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error lacks %q; it is:\n%s", w, msg)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml: no such file") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	cfg, err := Load(writeConfig(t, minimal), Options{
+		Environ: []string{
+			"EBB_DRAIN__DELAY=5s",
+			"EBB_LISTENERS__0__LIMITS__MAX_BODY_BYTES=1MiB",
+			"EBB_DRAIN__SIGNALS=SIGTERM,SIGHUP",
+			"EBB_CLUSTERS__0__DISCOVERY__STATIC=[127.0.0.1:1, 127.0.0.1:2]",
+			"HOME=/root", // not ours
+		},
+		Sets: []string{"drain.delay=7s", "drain.http1.idle_close=never", "drain.min_duration=0s"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Drain.Delay != 7*time.Second {
+		t.Errorf("drain.delay = %v, want the flag's 7s over the environment's 5s", cfg.Drain.Delay)
+	}
+	if cfg.Listeners[0].Limits.MaxBodyBytes != 1<<20 {
+		t.Errorf("max_body_bytes = %d", cfg.Listeners[0].Limits.MaxBodyBytes)
+	}
+	if got := strings.Join(cfg.Drain.Signals, ","); got != "SIGTERM,SIGHUP" {
+		t.Errorf("signals = %s", got)
+	}
+	if got := strings.Join(cfg.Clusters[0].Discovery.Static, ","); got != "127.0.0.1:1,127.0.0.1:2" {
+		t.Errorf("static = %s", got)
+	}
+	if cfg.Drain.HTTP1.IdleClose != Never {
+		t.Errorf("idle_close = %v, want never", cfg.Drain.HTTP1.IdleClose)
+	}
+	if cfg.Drain.EffectiveMinDuration() != 0 {
+		t.Errorf("min_duration = %v, want an explicit 0s kept", cfg.Drain.EffectiveMinDuration())
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Size
+		err  bool
+	}{
+		{"65536", 65536, false},
+		{"64KiB", 64 << 10, false},
+		{"64kib", 64 << 10, false},
+		{"1MiB", 1 << 20, false},
+		{"2GiB", 2 << 30, false},
+		{"64KB", 64000, false},
+		{"1 MB", 1000000, false},
+		{"10B", 10, false},
+		{"", 0, true},
+		{"-1", 0, true},
+		{"1.5MiB", 0, true},
+		{"lots", 0, true},
+		{"99999999999999GiB", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseSize(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("ParseSize(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+	for _, s := range []Size{0, 10, 1 << 10, 3 << 20, 1 << 30, 1500} {
+		back, err := ParseSize(s.String())
+		if err != nil || back != s {
+			t.Errorf("round trip of %d via %q = %d, %v", s, s.String(), back, err)
+		}
+	}
+}
+
+func TestMapRedactsSecrets(t *testing.T) {
+	type withSecret struct {
+		Token string `key:"token" secret:"true"`
+		Name  string `key:"name"`
+	}
+	m := encode(reflect.ValueOf(&withSecret{Token: "hunter2", Name: "n"}).Elem()).(map[string]any)
+	if m["token"] != "[redacted]" || m["name"] != "n" {
+		t.Fatalf("encode = %v", m)
+	}
+}
+
+// FuzzLoad feeds arbitrary files to the loader: it must return a config or
+// an error, never panic.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add([]byte("listeners: [{name: a, address: ':1', routes: [{cluster: c}]}]\nclusters: [{name: c, discovery: {static: [':2']}}]"))
+	f.Add([]byte("drain: { timeout: 1s, http1: { idle_close: never } }"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "f.yaml")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(path, Options{})
+		if (cfg == nil) == (err == nil) {
+			t.Fatalf("Load returned config %v and error %v", cfg != nil, err)
+		}
+	})
+}

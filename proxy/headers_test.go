@@ -1,0 +1,123 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestStripHopByHopRequest(t *testing.T) {
+	tests := []struct {
+		name        string
+		raw         string // header lines after the request line
+		keepUpgrade bool
+		gone, kept  []string
+	}{
+		{
+			name: "nothing to strip",
+			raw:  "X-Ok: 1\r\nAccept: */*\r\n",
+			kept: []string{"X-Ok", "Accept"},
+		},
+		{
+			name: "fixed hop-by-hop set",
+			raw:  "Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X-T\r\nUpgrade: h2c\r\nX-Ok: 1\r\n",
+			gone: []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade"},
+			kept: []string{"X-Ok"},
+		},
+		{
+			name: "headers named by Connection",
+			raw:  "Connection: keep-alive, X-Secret ,x-other\r\nX-Secret: s\r\nX-Other: o\r\nX-Ok: 1\r\n",
+			gone: []string{"Connection", "X-Secret", "X-Other"},
+			kept: []string{"X-Ok"},
+		},
+		{
+			name: "Connection cannot remove framing or routing headers",
+			raw:  "Connection: Content-Length, Host, Transfer-Encoding\r\nContent-Length: 3\r\n",
+			gone: []string{"Connection"},
+			kept: []string{"Content-Length", "Host"},
+		},
+		{
+			name:        "upgrade forwarded on purpose",
+			raw:         "Connection: Upgrade\r\nUpgrade: websocket\r\nKeep-Alive: 5\r\n",
+			keepUpgrade: true,
+			gone:        []string{"Keep-Alive"},
+			kept:        []string{"Connection", "Upgrade"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			raw := "POST / HTTP/1.1\r\nHost: example.com\r\n" + tt.raw + "\r\n"
+			if err := h.Read(bufioReader(raw)); err != nil {
+				t.Fatal(err)
+			}
+			stripRequestHopByHop(&h, tt.keepUpgrade)
+			for _, k := range tt.gone {
+				if v := h.Peek(k); len(v) > 0 {
+					t.Errorf("%s: %q survived", k, v)
+				}
+			}
+			for _, k := range tt.kept {
+				if k == "Content-Length" {
+					if h.ContentLength() != 3 {
+						t.Errorf("Content-Length = %d", h.ContentLength())
+					}
+					continue
+				}
+				if len(h.Peek(k)) == 0 {
+					t.Errorf("%s was removed", k)
+				}
+			}
+		})
+	}
+}
+
+func TestStripHopByHopResponse(t *testing.T) {
+	var h fasthttp.ResponseHeader
+	raw := "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nX-Ok: 1\r\nContent-Length: 0\r\n\r\n"
+	if err := h.Read(bufioReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	stripResponseHopByHop(&h, false)
+	out := h.String()
+	for _, bad := range []string{"Keep-Alive", "X-Hop", "Connection"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s survived:\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "X-Ok: 1") {
+		t.Errorf("X-Ok lost:\n%s", out)
+	}
+}
+
+func TestSetForwarded(t *testing.T) {
+	tests := []struct {
+		name               string
+		prior              map[string]string
+		tls, trust         bool
+		wantFor, wantProto string
+		wantHost           string
+	}{
+		{name: "first hop", wantFor: "10.0.0.9", wantProto: "http", wantHost: "example.com"},
+		{name: "appends to a chain", prior: map[string]string{"X-Forwarded-For": "1.1.1.1, 2.2.2.2"}, wantFor: "1.1.1.1, 2.2.2.2, 10.0.0.9", wantProto: "http", wantHost: "example.com"},
+		{name: "overwrites untrusted proto and host", prior: map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil"}, tls: false, wantFor: "10.0.0.9", wantProto: "http", wantHost: "example.com"},
+		{name: "keeps trusted proto and host", prior: map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "front"}, trust: true, wantFor: "10.0.0.9", wantProto: "https", wantHost: "front"},
+		{name: "tls", tls: true, wantFor: "10.0.0.9", wantProto: "https", wantHost: "example.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			h.SetHost("example.com")
+			for k, v := range tt.prior {
+				h.Set(k, v)
+			}
+			setForwarded(&h, []byte("10.0.0.9"), tt.tls, tt.trust, nil)
+			for k, want := range map[string]string{"X-Forwarded-For": tt.wantFor, "X-Forwarded-Proto": tt.wantProto, "X-Forwarded-Host": tt.wantHost} {
+				if got := string(h.Peek(k)); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}

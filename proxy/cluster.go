@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 )
 
 // endpoint is one upstream address with its connection pool.
@@ -40,12 +41,38 @@ type cluster struct {
 
 func newCluster(cfg config.Cluster, m *clusterMetrics) *cluster {
 	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m}
-	eps := make([]*endpoint, 0, len(cfg.Discovery.Static))
-	for _, addr := range cfg.Discovery.Static {
-		eps = append(eps, c.newEndpoint(addr))
-	}
+	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
+	if cfg.Discovery.Static != nil {
+		// Known before anything runs: serve from the first request.
+		c.setEndpoints(discovery.NewStatic(cfg.Discovery.Static).Current())
+	}
 	return c
+}
+
+// setEndpoints publishes a new endpoint set. Endpoints that stay keep their
+// pools and in-flight counts; removed ones get no new request and their
+// idle connections are closed, while requests in flight on them finish.
+// Updates for one cluster come from one goroutine (its source).
+func (c *cluster) setEndpoints(set discovery.Set) {
+	old := *c.endpoints.Load()
+	byAddr := make(map[string]*endpoint, len(old))
+	for _, ep := range old {
+		byAddr[ep.addr] = ep
+	}
+	next := make([]*endpoint, 0, len(set.Endpoints))
+	for _, e := range set.Endpoints {
+		if ep, ok := byAddr[e.Address]; ok {
+			next = append(next, ep)
+			delete(byAddr, e.Address)
+			continue
+		}
+		next = append(next, c.newEndpoint(e.Address))
+	}
+	c.endpoints.Store(&next)
+	for _, gone := range byAddr {
+		gone.rt.close()
+	}
 }
 
 func (c *cluster) newEndpoint(addr string) *endpoint {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
 )
 
@@ -110,6 +111,25 @@ func (p *Proxy) Start() error {
 		p.wg.Go(l.serve)
 	}
 	return nil
+}
+
+// RunDiscovery runs every cluster's endpoint source, feeding updates into
+// the clusters, until ctx ends. It returns once every source has stopped.
+func (p *Proxy) RunDiscovery(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, c := range p.snap.Load().clusters {
+		src, err := discovery.New(c.cfg.Discovery)
+		if err != nil {
+			p.log.Error("discovery", "cluster", c.name, "err", err)
+			continue
+		}
+		wg.Go(func() {
+			if err := src.Run(ctx, c.setEndpoints); err != nil {
+				p.log.Error("discovery stopped", "cluster", c.name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Addr returns the bound address of the named listener, or nil.

@@ -83,10 +83,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 	}
 
-	// Owned goroutines: the signal watcher and the child watcher end when
-	// watchCtx is cancelled after the drain.
+	// Owned goroutines: the signal watcher, the child watcher and discovery
+	// end when watchCtx is cancelled after the drain. Discovery keeps
+	// running through the drain: requests in flight still need endpoints.
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	wg.Go(func() { px.RunDiscovery(watchCtx) })
 	wg.Go(func() {
 		for {
 			select {

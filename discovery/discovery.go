@@ -1,0 +1,82 @@
+// Package discovery produces the endpoint sets of clusters. A source
+// delivers immutable snapshots, latest wins, and keeps its last good set
+// when it errs. Sources know nothing about proxying: the proxy consumes
+// the sets.
+//
+// This version has the static source; file, DNS and Kubernetes sources
+// follow the same interface.
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// Endpoint is one upstream address.
+type Endpoint struct {
+	// Address is host:port.
+	Address string
+}
+
+// Set is an immutable snapshot of a cluster's endpoints.
+type Set struct {
+	Endpoints []Endpoint
+	// Source names where the set came from, for /endpoints and logs.
+	Source string
+	// Updated is when the source produced it.
+	Updated time.Time
+}
+
+// Addresses returns the endpoints' addresses in order.
+func (s Set) Addresses() []string {
+	out := make([]string, len(s.Endpoints))
+	for i, e := range s.Endpoints {
+		out[i] = e.Address
+	}
+	return out
+}
+
+// Source watches one cluster's endpoints. Run calls update with each new
+// set, from one goroutine, until ctx ends; update must not block for long.
+type Source interface {
+	Run(ctx context.Context, update func(Set)) error
+}
+
+// New returns the source configured for a cluster.
+func New(d config.Discovery) (Source, error) {
+	switch {
+	case d.Static != nil:
+		return NewStatic(d.Static), nil
+	}
+	return nil, fmt.Errorf("discovery: no supported source configured")
+}
+
+// Static is a fixed list of endpoints.
+type Static struct {
+	set Set
+}
+
+// NewStatic returns a source that always has addrs.
+func NewStatic(addrs []string) *Static {
+	eps := make([]Endpoint, len(addrs))
+	for i, a := range addrs {
+		eps[i] = Endpoint{Address: a}
+	}
+	return &Static{set: Set{Endpoints: eps, Source: "static", Updated: time.Now()}}
+}
+
+// Current returns the set without running the source.
+func (s *Static) Current() Set {
+	return Set{Endpoints: slices.Clone(s.set.Endpoints), Source: s.set.Source, Updated: s.set.Updated}
+}
+
+// Run delivers the set once and waits for ctx to end.
+func (s *Static) Run(ctx context.Context, update func(Set)) error {
+	update(s.Current())
+	<-ctx.Done()
+	return nil
+}

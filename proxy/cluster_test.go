@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
+)
+
+func testCluster(balancer string, addrs ...string) *cluster {
+	return newCluster(config.Cluster{Name: "c", Balancer: balancer, MaxConnsPerEndpoint: 1,
+		Discovery: config.Discovery{Static: addrs}}, nil)
+}
+
+func TestRoundRobin(t *testing.T) {
+	c := testCluster(config.BalancerRoundRobin, "a:1", "b:1", "c:1")
+	var got []string
+	for range 6 {
+		got = append(got, c.pick().addr)
+	}
+	want := []string{"a:1", "b:1", "c:1", "a:1", "b:1", "c:1"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("picks = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestP2CPrefersLessLoaded(t *testing.T) {
+	c := testCluster(config.BalancerP2C, "busy:1", "free:1")
+	eps := *c.endpoints.Load()
+	eps[0].inflight.Store(10)
+	// With two endpoints p2c always compares both.
+	for range 100 {
+		if ep := c.pick(); ep.addr != "free:1" {
+			t.Fatalf("picked %s with 10 in flight over an idle endpoint", ep.addr)
+		}
+	}
+	// Among many, the most loaded is never picked: it loses every pair.
+	c = testCluster(config.BalancerP2C, "a:1", "b:1", "c:1", "d:1")
+	(*c.endpoints.Load())[2].inflight.Store(5)
+	for range 1000 {
+		if ep := c.pick(); ep.addr == "c:1" {
+			t.Fatal("picked the most loaded endpoint")
+		}
+	}
+}
+
+func TestPickEmpty(t *testing.T) {
+	c := testCluster(config.BalancerP2C)
+	if ep := c.pick(); ep != nil {
+		t.Fatalf("picked %s from an empty cluster", ep.addr)
+	}
+}
+
+func TestSetEndpointsKeepsSurvivors(t *testing.T) {
+	c := testCluster(config.BalancerP2C, "a:1", "b:1")
+	a := (*c.endpoints.Load())[0]
+	a.inflight.Store(3)
+	c.setEndpoints(discovery.Set{Endpoints: []discovery.Endpoint{{Address: "c:1"}, {Address: "a:1"}}})
+	eps := *c.endpoints.Load()
+	if len(eps) != 2 || eps[0].addr != "c:1" || eps[1] != a || a.inflight.Load() != 3 {
+		t.Fatalf("after update: %v", eps)
+	}
+}

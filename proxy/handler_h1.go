@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"io"
 	"sync"
 	"time"
@@ -33,6 +35,7 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		t := l.p.snap.Load().tables[l.idx]
 		localReply(ctx, fasthttp.StatusMethodNotAllowed, "ebb: CONNECT is not supported\n")
 		t.noRoute.record(proto, fasthttp.StatusMethodNotAllowed, start)
+		l.accessLog(ctx, conn, "", fasthttp.StatusMethodNotAllowed, start)
 		return
 	}
 	uri := req.URI()
@@ -49,11 +52,13 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		localReply(ctx, fasthttp.StatusNotFound, "ebb: no route for this request\n")
 		t.noRoute.record(proto, fasthttp.StatusNotFound, start)
+		l.accessLog(ctx, conn, "", fasthttp.StatusNotFound, start)
 		return
 	}
 	if req.Header.ConnectionUpgrade() && len(req.Header.Peek("Upgrade")) > 0 {
 		status := l.upgrade(ctx, conn, r)
 		r.metrics.record(proto, status, start)
+		l.accessLog(ctx, conn, r.cluster.name, status, start)
 		return
 	}
 
@@ -63,6 +68,7 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "ebb: request body too large\n")
 		resp.SetConnectionClose()
 		r.metrics.record(proto, fasthttp.StatusRequestEntityTooLarge, start)
+		l.accessLog(ctx, conn, r.cluster.name, fasthttp.StatusRequestEntityTooLarge, start)
 		return
 	}
 	var body *reqBody
@@ -77,6 +83,31 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		releaseReqBody(body)
 	}
 	r.metrics.record(proto, status, start)
+	l.accessLog(ctx, conn, r.cluster.name, status, start)
+}
+
+// accessLog writes one access log line when telemetry.log.access is on.
+// It allocates, so it is off by default.
+func (l *listener) accessLog(ctx *fasthttp.RequestCtx, conn *drain.Conn, cluster string, status int, start time.Time) {
+	a := l.p.access
+	if a == nil {
+		return
+	}
+	var client string
+	if conn != nil {
+		client = string(conn.ClientIP)
+	}
+	a.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("listener", l.cfg.Name),
+		slog.String("client", client),
+		slog.String("method", string(ctx.Method())),
+		slog.String("host", string(ctx.Request.Header.Host())),
+		slog.String("uri", string(ctx.Request.Header.RequestURI())),
+		slog.String("cluster", cluster),
+		slog.Int("status", status),
+		slog.Int("bytes", ctx.Response.Header.ContentLength()),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	)
 }
 
 // prepareRequest applies the header rules to a request about to go

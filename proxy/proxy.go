@@ -39,6 +39,7 @@ type snapshot struct {
 // and closed.
 type Proxy struct {
 	log       *slog.Logger
+	access    *slog.Logger // nil unless telemetry.log.access
 	reg       *drain.Registry
 	metrics   *metrics
 	listeners []*listener
@@ -57,6 +58,9 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
 	p := &Proxy{log: log, reg: reg, metrics: m}
+	if cfg.Telemetry.Log.Access {
+		p.access = log.With("log", "access")
+	}
 	for i, l := range cfg.Listeners {
 		p.listeners = append(p.listeners, newListener(p, i, l))
 	}

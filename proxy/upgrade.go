@@ -48,7 +48,7 @@ func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route)
 	up.SetReadDeadline(time.Now().Add(r.cluster.cfg.Timeouts.Response))
 	br := bufio.NewReaderSize(up, upstreamReadBufferSize)
 	resp := &ctx.Response
-	if err := readResponseHeader(resp, br); err != nil {
+	if _, err := readResponseHeader(resp, br); err != nil {
 		up.Close()
 		kind := errBroken
 		if isTimeout(err) {

@@ -110,22 +110,52 @@ func (t *transport[C]) close() { t.hc.CloseIdleConnections() }
 
 func (t *transport[C]) finish() { t.inflight.Add(-1) }
 
+// maxStaleAttempts bounds how many pooled connections one request tries
+// when each turns out to have been closed by the upstream while idle.
+const maxStaleAttempts = 4
+
 // roundTrip writes req and reads the response into resp. The exchange is
 // over (and the in-flight count taken down) when roundTrip returns, except
 // for a streamed body, where it is over when the stream is closed.
+//
+// A pooled connection that the upstream closed while it sat idle fails
+// before any response byte: the classic keep-alive race. The request is
+// then sent again on another connection when that is safe: its method is
+// idempotent and it has no streamed body (RFC 9110 §9.2.2). Other retries
+// are a policy decision made above the transport.
 func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error {
-	done := t.finish
+	for attempt := 1; ; attempt++ {
+		streamed, stale, err := t.exchange(req, resp)
+		if streamed {
+			return nil // the stream finishes the exchange when closed
+		}
+		if stale && attempt < maxStaleAttempts && req.BodyStream() == nil && isIdempotent(req) {
+			resp.Reset()
+			continue
+		}
+		t.finish()
+		return err
+	}
+}
+
+// exchange is one attempt of roundTrip on one connection. streamed reports
+// that resp now streams the body from the connection; stale that a reused
+// connection failed before any response byte arrived.
+func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) (streamed, stale bool, err error) {
 	cc, err := t.acquire(0, false)
 	if err != nil {
-		done()
 		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
-			return &upstreamError{kind: errOverloaded, err: err}
+			return false, false, &upstreamError{kind: errOverloaded, err: err}
 		}
-		return &upstreamError{kind: errConnect, err: err}
+		return false, false, &upstreamError{kind: errConnect, err: err}
 	}
 	conn := cc.Conn()
 	uc, _ := conn.(*upConn)
 	reused := uc != nil && uc.used
+	fail := func(kind errKind, err error) (bool, bool, error) {
+		t.discard(cc)
+		return false, false, &upstreamError{kind: kind, reused: reused, err: err}
+	}
 
 	bw := t.hc.AcquireWriter(conn)
 	err = req.Write(bw)
@@ -134,30 +164,27 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 	}
 	t.hc.ReleaseWriter(bw)
 	if err != nil {
-		t.discard(cc)
-		done()
-		return &upstreamError{kind: errBroken, reused: reused, err: err}
+		_, _, err = fail(errBroken, err)
+		return false, reused, err
 	}
-
 	if err := conn.SetReadDeadline(time.Now().Add(t.responseTimeout)); err != nil {
-		t.discard(cc)
-		done()
-		return &upstreamError{kind: errBroken, reused: reused, err: err}
+		return fail(errBroken, err)
 	}
 	br := t.hc.AcquireReader(conn)
-	if err := readResponseHeader(resp, br); err != nil {
+	if nothing, err := readResponseHeader(resp, br); err != nil {
 		t.hc.ReleaseReader(br)
-		t.discard(cc)
-		done()
 		if isTimeout(err) {
-			return &upstreamError{kind: errTimeout, reused: reused, err: err}
+			return fail(errTimeout, err)
 		}
-		return &upstreamError{kind: errBroken, reused: reused, err: err}
+		_, _, err = fail(errBroken, err)
+		return false, reused && nothing, err
 	}
-	keepAlive := !resp.Header.ConnectionClose() && !req.Header.ConnectionClose()
-
 	status := resp.StatusCode()
 	cl := resp.Header.ContentLength()
+	// A body delimited by the connection's close (no length, not chunked)
+	// leaves nothing to reuse.
+	keepAlive := !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && cl != -2
+
 	switch {
 	case req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
 		resp.SkipBody = true
@@ -165,13 +192,11 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 		// Small body: read it whole and free the connection now.
 		if err := resp.ReadBody(br, 0); err != nil {
 			t.hc.ReleaseReader(br)
-			t.discard(cc)
-			done()
 			resp.Reset()
 			if isTimeout(err) {
-				return &upstreamError{kind: errTimeout, reused: reused, err: err}
+				return fail(errTimeout, err)
 			}
-			return &upstreamError{kind: errBroken, reused: reused, err: err}
+			return fail(errBroken, err)
 		}
 	default:
 		s := t.streams.Get().(*bodyStream[C])
@@ -179,12 +204,14 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
-			s.CloseWithError(err)
+			s.release(err)
 			resp.Reset()
-			return &upstreamError{kind: errBroken, reused: reused, err: err}
+			return false, false, &upstreamError{kind: errBroken, reused: reused, err: err}
 		}
-		resp.SetBodyStream(s, cl)
-		return nil
+		// Downstream, a body that ends with the upstream connection is
+		// sent chunked.
+		resp.SetBodyStream(s, max(cl, -1))
+		return true, false, nil
 	}
 	t.hc.ReleaseReader(br)
 	if keepAlive {
@@ -195,22 +222,30 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 	} else {
 		t.discard(cc)
 	}
-	done()
-	return nil
+	return false, false, nil
+}
+
+// isIdempotent reports whether the request's method may be sent twice
+// (RFC 9110 §9.2.2).
+func isIdempotent(req *fasthttp.Request) bool {
+	h := &req.Header
+	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
 }
 
 // readResponseHeader reads the final response header, skipping interim
-// (1xx) responses other than 101.
-func readResponseHeader(resp *fasthttp.Response, br *bufio.Reader) error {
-	for range 16 {
+// (1xx) responses other than 101. nothing reports that the connection
+// ended before a single response byte.
+func readResponseHeader(resp *fasthttp.Response, br *bufio.Reader) (nothing bool, err error) {
+	for i := range 16 {
 		if err := resp.Header.Read(br); err != nil {
-			return err
+			// fasthttp reports any failure on the first byte as io.EOF.
+			return i == 0 && err == io.EOF, err
 		}
 		if s := resp.StatusCode(); s >= 200 || s == fasthttp.StatusSwitchingProtocols {
-			return nil
+			return false, nil
 		}
 	}
-	return errors.New("proxy: too many interim responses")
+	return false, errors.New("proxy: too many interim responses")
 }
 
 // bodyStream streams an upstream response body downstream. fasthttp's
@@ -239,8 +274,18 @@ func (s *bodyStream[C]) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// CloseWithError ends the stream; err is why the writer stopped, if it did.
+// CloseWithError ends the stream and with it the exchange; err is why the
+// writer stopped, if it did.
 func (s *bodyStream[C]) CloseWithError(err error) error {
+	t := s.t
+	s.release(err)
+	t.finish()
+	return nil
+}
+
+// release gives the connection back (or closes it) and the stream to its
+// pool.
+func (s *bodyStream[C]) release(err error) {
 	t := s.t
 	reuse := err == nil && s.eof && s.keepAlive
 	if !reuse {
@@ -262,8 +307,6 @@ func (s *bodyStream[C]) CloseWithError(err error) error {
 	s.cc, s.conn, s.br, s.eof, s.keepAlive = zero, nil, nil, false, false
 	s.up.Reset()
 	t.streams.Put(s)
-	t.finish()
-	return nil
 }
 
 func isTimeout(err error) bool {

@@ -3,8 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("listeners: [{name: a, adress: ':1'}]\n"), 0o600)
+	tests := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{args: []string{"version"}, code: exitOK, out: "ebb "},
+		{args: []string{"help"}, code: exitOK, out: "usage:"},
+		{args: []string{"frobnicate"}, code: exitUsage, err: `unknown command "frobnicate"`},
+		{args: []string{"check", "-nope"}, code: exitUsage, err: "flag provided but not defined: -nope"},
+		{args: []string{"check", "-config", bad, "extra"}, code: exitUsage, err: `unexpected argument "extra"`},
+		{args: []string{"check", "-config", "../../examples/ebb.yaml"}, code: exitOK, out: "examples/ebb.yaml: ok"},
+		{args: []string{"check", "-config", bad}, code: exitConfig, err: "bad.yaml: listeners[0].adress: unknown key (did you mean \"address\"?)"},
+		{args: []string{"run", "-config", bad}, code: exitConfig, err: "listeners[0].adress: unknown key"},
+		{args: []string{"-config", filepath.Join(dir, "missing.yaml")}, code: exitConfig, err: "missing.yaml: no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut strings.Builder
+			code := run(tt.args, &out, &errOut)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d (stderr: %s)", code, tt.code, errOut.String())
+			}
+			if !strings.Contains(out.String(), tt.out) {
+				t.Errorf("stdout %q lacks %q", out.String(), tt.out)
+			}
+			if !strings.Contains(errOut.String(), tt.err) {
+				t.Errorf("stderr %q lacks %q", errOut.String(), tt.err)
+			}
+		})
+	}
+}

@@ -39,12 +39,13 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	uri := req.URI()
-	// Forward the path exactly as the client sent it.
+	// Forward the path, and the Host header, exactly as the client sent
+	// them (fasthttp would normalize the path and lower-case the host).
 	uri.DisablePathNormalizing = true
+	req.UseHostHeader = true
 	if raw := req.Header.RequestURI(); len(raw) > 0 && raw[0] != '/' && raw[0] != '*' {
 		// Absolute form (RFC 9112 §3.2.2): the URI's host replaces Host.
 		req.Header.SetHostBytes(uri.Host())
-		req.UseHostHeader = true
 	}
 
 	t := l.p.snap.Load().tables[l.idx]
@@ -55,7 +56,7 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		l.accessLog(ctx, conn, "", fasthttp.StatusNotFound, start)
 		return
 	}
-	if req.Header.ConnectionUpgrade() && len(req.Header.Peek("Upgrade")) > 0 {
+	if req.Header.ConnectionUpgrade() && isWebSocket(req.Header.Peek("Upgrade")) {
 		status := l.upgrade(ctx, conn, r)
 		r.metrics.record(proto, status, start)
 		l.accessLog(ctx, conn, r.cluster.name, status, start)

@@ -7,10 +7,16 @@ import (
 )
 
 // Header names ebb reads or writes, in fasthttp's canonical form.
+const (
+	headerXForwardedFor   = "X-Forwarded-For"
+	headerXForwardedProto = "X-Forwarded-Proto"
+	headerXForwardedHost  = "X-Forwarded-Host"
+)
+
 var (
-	hdrXForwardedFor   = []byte("X-Forwarded-For")
-	hdrXForwardedProto = []byte("X-Forwarded-Proto")
-	hdrXForwardedHost  = []byte("X-Forwarded-Host")
+	hdrXForwardedFor   = []byte(headerXForwardedFor)
+	hdrXForwardedProto = []byte(headerXForwardedProto)
+	hdrXForwardedHost  = []byte(headerXForwardedHost)
 	hdrConnection      = []byte("Connection")
 	hdrExpect          = []byte("Expect")
 	protoHTTP          = []byte("http")
@@ -39,7 +45,7 @@ var protectedFromConnection = [...]string{"Content-Length", "Transfer-Encoding",
 // headerSet is the part of fasthttp's request and response headers that
 // hop-by-hop stripping needs.
 type headerSet interface {
-	Peek(key string) []byte
+	PeekAll(key string) [][]byte
 	Del(key string)
 }
 
@@ -70,21 +76,18 @@ func stripResponseHopByHop(h *fasthttp.ResponseHeader, keepUpgrade bool) {
 // a protocol upgrade being forwarded on purpose.
 func stripHopByHop(h headerSet, keepUpgrade bool) {
 	if !keepUpgrade {
-		// The Connection header's options name more hop-by-hop headers.
-		if v := h.Peek("Connection"); len(v) > 0 {
-			var names [8][]byte
-			n := 0
+		// The Connection header's options name more hop-by-hop headers; it
+		// may come on several lines (RFC 9110 §5.3).
+		var names []string
+		for _, v := range h.PeekAll("Connection") {
 			for opt := range bytes.SplitSeq(v, []byte(",")) {
-				opt = bytes.TrimSpace(opt)
-				if len(opt) == 0 || n == len(names) || isProtected(opt) {
-					continue
+				if opt = bytes.TrimSpace(opt); len(opt) > 0 && !isProtected(opt) {
+					names = append(names, string(opt)) // copied: Del reuses the buffer
 				}
-				names[n] = append([]byte(nil), opt...) // v is invalidated by Del
-				n++
 			}
-			for _, name := range names[:n] {
-				h.Del(string(name))
-			}
+		}
+		for _, name := range names {
+			h.Del(name)
 		}
 	}
 	for _, name := range hopByHop {
@@ -116,29 +119,57 @@ func isProtected(opt []byte) bool {
 	return false
 }
 
-// setForwarded sets X-Forwarded-For (appending clientIP to what a previous
-// proxy sent), X-Forwarded-Proto and X-Forwarded-Host. scratch is reused to
-// build the new X-Forwarded-For value and returned for the next request.
+// setForwarded sets X-Forwarded-For (appending clientIP to what previous
+// proxies sent), X-Forwarded-Proto and X-Forwarded-Host, each as exactly
+// one header line: a client repeating a line must not get its own value
+// past ebb's. scratch is reused to build values and returned for the next
+// request.
 func setForwarded(h *fasthttp.RequestHeader, clientIP []byte, tls, trust bool, scratch []byte) []byte {
-	if prior := h.PeekBytes(hdrXForwardedFor); len(prior) > 0 && len(clientIP) > 0 {
-		scratch = append(scratch[:0], prior...)
-		scratch = append(scratch, ", "...)
-		scratch = append(scratch, clientIP...)
+	prior := h.PeekAll(headerXForwardedFor)
+	switch {
+	case len(prior) == 0:
+		if len(clientIP) > 0 {
+			h.SetCanonical(hdrXForwardedFor, clientIP)
+		}
+	default:
+		// Several lines are one list (RFC 9110 §5.3): join them.
+		scratch = scratch[:0]
+		for i, p := range prior {
+			if i > 0 {
+				scratch = append(scratch, ", "...)
+			}
+			scratch = append(scratch, p...)
+		}
+		if len(clientIP) > 0 {
+			scratch = append(scratch, ", "...)
+			scratch = append(scratch, clientIP...)
+		}
+		if len(prior) > 1 {
+			h.DelBytes(hdrXForwardedFor)
+		}
 		h.SetCanonical(hdrXForwardedFor, scratch)
-	} else if len(clientIP) > 0 {
-		h.SetCanonical(hdrXForwardedFor, clientIP)
 	}
-	if !trust || len(h.PeekBytes(hdrXForwardedProto)) == 0 {
-		if tls {
-			h.SetCanonical(hdrXForwardedProto, protoHTTPS)
-		} else {
-			h.SetCanonical(hdrXForwardedProto, protoHTTP)
-		}
+	proto := protoHTTP
+	if tls {
+		proto = protoHTTPS
 	}
-	if !trust || len(h.PeekBytes(hdrXForwardedHost)) == 0 {
-		if host := h.Host(); len(host) > 0 {
-			h.SetCanonical(hdrXForwardedHost, host)
-		}
-	}
+	setOnce(h, hdrXForwardedProto, headerXForwardedProto, proto, trust)
+	setOnce(h, hdrXForwardedHost, headerXForwardedHost, h.Host(), trust)
 	return scratch
+}
+
+// setOnce makes value the one line of the header, unless trust is set and
+// the client sent one (then the client's lines stay as they are).
+func setOnce(h *fasthttp.RequestHeader, key []byte, name string, value []byte, trust bool) {
+	switch n := len(h.PeekAll(name)); {
+	case n > 0 && trust:
+		return
+	case n > 1:
+		h.DelBytes(key)
+	}
+	if len(value) > 0 {
+		h.SetCanonical(key, value)
+	} else {
+		h.DelBytes(key)
+	}
 }

@@ -38,6 +38,12 @@ func TestStripHopByHopRequest(t *testing.T) {
 			kept: []string{"Content-Length", "Host"},
 		},
 		{
+			name: "Connection on several lines",
+			raw:  "Connection: keep-alive\r\nConnection: X-Secret\r\nX-Secret: s\r\nX-Ok: 1\r\n",
+			gone: []string{"Connection", "X-Secret"},
+			kept: []string{"X-Ok"},
+		},
+		{
 			name:        "upgrade forwarded on purpose",
 			raw:         "Connection: Upgrade\r\nUpgrade: websocket\r\nKeep-Alive: 5\r\n",
 			keepUpgrade: true,
@@ -104,18 +110,21 @@ func TestSetForwarded(t *testing.T) {
 		{name: "overwrites untrusted proto and host", prior: map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil"}, tls: false, wantFor: "10.0.0.9", wantProto: "http", wantHost: "example.com"},
 		{name: "keeps trusted proto and host", prior: map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "front"}, trust: true, wantFor: "10.0.0.9", wantProto: "https", wantHost: "front"},
 		{name: "tls", tls: true, wantFor: "10.0.0.9", wantProto: "https", wantHost: "example.com"},
+		{name: "repeated lines are joined or replaced", prior: map[string]string{"X-Forwarded-For": "1.1.1.1|2.2.2.2", "X-Forwarded-Proto": "https|https", "X-Forwarded-Host": "a|b"}, wantFor: "1.1.1.1, 2.2.2.2, 10.0.0.9", wantProto: "http", wantHost: "example.com"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var h fasthttp.RequestHeader
 			h.SetHost("example.com")
-			for k, v := range tt.prior {
-				h.Set(k, v)
+			for k, vs := range tt.prior {
+				for v := range strings.SplitSeq(vs, "|") {
+					h.Add(k, v)
+				}
 			}
 			setForwarded(&h, []byte("10.0.0.9"), tt.tls, tt.trust, nil)
 			for k, want := range map[string]string{"X-Forwarded-For": tt.wantFor, "X-Forwarded-Proto": tt.wantProto, "X-Forwarded-Host": tt.wantHost} {
-				if got := string(h.Peek(k)); got != want {
-					t.Errorf("%s = %q, want %q", k, got, want)
+				if got := h.PeekAll(k); len(got) != 1 || string(got[0]) != want {
+					t.Errorf("%s = %q, want exactly %q", k, got, want)
 				}
 			}
 		})

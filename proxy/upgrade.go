@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -12,12 +13,24 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 )
 
-// maxUpgradeRefusalBody bounds the body of an upstream's refusal of an
-// upgrade (a 4xx instead of 101), which is read whole.
-const maxUpgradeRefusalBody = 1 << 20
+// isWebSocket reports whether an Upgrade header asks for WebSocket, the one
+// upgrade ebb relays. Other offers (h2c, TLS/1.0) are dropped as the
+// hop-by-hop headers they are, and the request is served as HTTP/1.1,
+// which RFC 9110 §7.8 allows.
+func isWebSocket(upgrade []byte) bool {
+	for tok := range bytes.SplitSeq(upgrade, []byte(",")) {
+		tok = bytes.TrimSpace(tok)
+		if i := bytes.IndexByte(tok, '/'); i >= 0 {
+			tok = tok[:i]
+		}
+		if bytes.EqualFold(tok, []byte("websocket")) {
+			return true
+		}
+	}
+	return false
+}
 
-// upgrade forwards a request asking for a protocol upgrade (WebSocket and
-// other Upgrade). On 101 the client connection is hijacked and bytes are
+// upgrade forwards a request asking for a WebSocket upgrade. On 101 the client connection is hijacked and bytes are
 // relayed both ways until either side closes; the connection is then
 // "upgraded" in the registry, which a drain can only close at its deadline.
 // It returns the status sent to the client.
@@ -57,15 +70,23 @@ func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route)
 		return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: kind, err: err})
 	}
 	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
-		// Refused: relay the answer as an ordinary response.
-		defer up.Close()
-		if !req.Header.IsHead() {
-			if err := resp.ReadBody(br, maxUpgradeRefusalBody); err != nil {
-				return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errBroken, err: err})
-			}
-		}
+		// Refused: relay the answer as an ordinary response, its body
+		// streamed from the connection, which is closed after it.
 		stripResponseHopByHop(&resp.Header, false)
 		resp.Header.ResetConnectionClose()
+		cl := resp.Header.ContentLength()
+		if req.Header.IsHead() || cl == 0 || resp.StatusCode() == fasthttp.StatusNoContent || resp.StatusCode() == fasthttp.StatusNotModified {
+			up.Close()
+			return resp.StatusCode()
+		}
+		body := &closingBody{conn: up, timeout: r.cluster.cfg.Timeouts.Response}
+		body.up.Header.SetContentLength(cl)
+		body.up.StreamBody = true
+		if err := body.up.ReadBody(br, 0); err != nil {
+			up.Close()
+			return l.upstreamFailed(ctx, r, ep, nil, &upstreamError{kind: errBroken, err: err})
+		}
+		resp.SetBodyStream(body, max(cl, -1))
 		return resp.StatusCode()
 	}
 	up.SetReadDeadline(time.Time{})
@@ -83,6 +104,26 @@ func (l *listener) upgrade(ctx *fasthttp.RequestCtx, conn *drain.Conn, r *route)
 		relay(down, conn, up, br)
 	})
 	return fasthttp.StatusSwitchingProtocols
+}
+
+// closingBody streams a response body read from a connection of its own,
+// and closes that connection when done. Each read has timeouts.response.
+type closingBody struct {
+	up      fasthttp.Response // holds fasthttp's body decoder
+	conn    net.Conn
+	timeout time.Duration
+}
+
+func (b *closingBody) Read(p []byte) (int, error) {
+	if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
+		return 0, err
+	}
+	return b.up.BodyStream().Read(p)
+}
+
+func (b *closingBody) Close() error {
+	b.conn.Close()
+	return b.up.CloseBodyStream()
 }
 
 // relay copies bytes both ways between an upgraded client connection and

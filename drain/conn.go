@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Protocol is what a downstream connection speaks, once known.
@@ -78,8 +79,44 @@ type Conn struct {
 	reg       *Registry
 	proto     atomic.Int32
 	state     atomic.Int32
+	linger    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// Lingering close bounds: read and discard until the client has been
+// silent for lingerQuiet, or lingerMax in all.
+const (
+	lingerQuiet = 500 * time.Millisecond
+	lingerMax   = 5 * time.Second
+)
+
+// LingerOnClose asks the next Close to close gracefully: send FIN, then
+// read and discard what the client is still sending until it stops (within
+// bounds), and only then close. Closing a socket with unread data makes the
+// kernel send a reset, which can destroy a response (a 413, say) before
+// the client has read it. nginx calls this lingering_close.
+func (c *Conn) LingerOnClose() { c.linger.Store(true) }
+
+func (c *Conn) lingerClose() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	var buf [4 << 10]byte
+	end := time.Now().Add(lingerMax)
+	for {
+		d := time.Now().Add(lingerQuiet)
+		if d.After(end) {
+			d = end
+		}
+		if c.Conn.SetReadDeadline(d) != nil {
+			return
+		}
+		if _, err := c.Conn.Read(buf[:]); err != nil {
+			return
+		}
+	}
 }
 
 // Protocol returns the connection's protocol.
@@ -105,14 +142,25 @@ func (c *Conn) SetState(s State) {
 	}
 }
 
-// Close closes the connection once and removes it from the registry.
+// Close closes the connection once and removes it from the registry,
+// lingering first if LingerOnClose was called.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		if c.linger.Load() {
+			c.lingerClose()
+		}
 		c.closeErr = c.Conn.Close()
 		c.state.Store(int32(StateClosed))
 		c.reg.remove(c)
 	})
 	return c.closeErr
+}
+
+// Abort closes the connection now, cutting short a lingering close.
+func (c *Conn) Abort() error {
+	c.linger.Store(false)
+	c.Conn.Close()
+	return c.Close()
 }
 
 // NetConn returns the wrapped connection.

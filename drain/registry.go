@@ -104,7 +104,7 @@ func (r *Registry) WaitEmpty(ctx context.Context) error {
 func (r *Registry) CloseAll() int {
 	conns := r.Conns()
 	for _, c := range conns {
-		c.Close()
+		c.Abort()
 	}
 	return len(conns)
 }

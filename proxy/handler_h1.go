@@ -19,6 +19,8 @@ const prefetchedBody = 8 << 10
 
 var errBodyTooLarge = errors.New("proxy: request body exceeds limits.max_body_bytes")
 
+const msgBodyTooLarge = "ebb: request body too large\n"
+
 // handle serves one HTTP/1 request: route, forward, answer. It runs on a
 // fasthttp worker goroutine; it starts no goroutine and, in steady state,
 // allocates nothing. The upstream call is never bound to ctx (whose Done
@@ -66,8 +68,9 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	cl := req.Header.ContentLength()
 	limit := int64(l.cfg.Limits.MaxBodyBytes)
 	if limit > 0 && int64(cl) > limit {
-		localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "ebb: request body too large\n")
+		localReply(ctx, fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge)
 		resp.SetConnectionClose()
+		lingerOnClose(ctx)
 		r.metrics.record(proto, fasthttp.StatusRequestEntityTooLarge, start)
 		l.accessLog(ctx, conn, r.cluster.name, fasthttp.StatusRequestEntityTooLarge, start)
 		return
@@ -81,6 +84,12 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	l.prepareRequest(req, conn)
 	status := l.forward(ctx, r, body)
 	if body != nil {
+		if !body.eof && conn != nil {
+			// Answered before the whole body arrived (an upstream's early
+			// answer): the client may still be sending when the engine
+			// closes the connection.
+			conn.LingerOnClose()
+		}
 		releaseReqBody(body)
 	}
 	r.metrics.record(proto, status, start)
@@ -157,8 +166,9 @@ func (l *listener) upstreamFailed(ctx *fasthttp.RequestCtx, r *route, ep *endpoi
 		// The client, not the upstream, failed: it sent too much, or
 		// stopped sending. Either way its connection cannot be reused.
 		if errors.Is(body.err, errBodyTooLarge) {
-			localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "ebb: request body too large\n")
+			localReply(ctx, fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge)
 			ctx.Response.SetConnectionClose()
+			lingerOnClose(ctx)
 			return fasthttp.StatusRequestEntityTooLarge
 		}
 		localReply(ctx, fasthttp.StatusBadRequest, "ebb: could not read the request body\n")
@@ -206,6 +216,7 @@ type reqBody struct {
 	n        int64
 	deadline bool // the body is still on the socket: time each read
 	timeout  time.Duration
+	eof      bool
 	err      error
 }
 
@@ -237,7 +248,10 @@ func (b *reqBody) Read(p []byte) (int, error) {
 		b.err = errBodyTooLarge
 		return n, errBodyTooLarge
 	}
-	if err != nil && err != io.EOF {
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil:
 		b.err = err
 	}
 	return n, err

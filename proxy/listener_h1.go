@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -45,9 +46,57 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
 		ConnState:             connState,
+		ErrorHandler:          errorHandler,
 		Logger:                fasthttpLogger{l: p.log.With("listener", cfg.Name)},
 	}
+	if limit := int64(cfg.Limits.MaxBodyBytes); limit > 0 {
+		// A body announced too large is refused before it is read:
+		// fasthttp would otherwise read (up to 8 KiB of) it before the
+		// handler runs. With Expect: 100-continue the client is told at
+		// once; otherwise ebb answers after the body's first byte.
+		l.srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if int64(h.ContentLength()) > limit {
+				return fasthttp.RequestConfig{MaxRequestBodySize: 1}
+			}
+			return fasthttp.RequestConfig{}
+		}
+		l.srv.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
+			if int64(ctx.Request.Header.ContentLength()) <= limit {
+				return fasthttp.StatusContinue
+			}
+			ctx.SetBodyString(msgBodyTooLarge)
+			ctx.SetContentType("text/plain; charset=utf-8")
+			lingerOnClose(ctx)
+			p.snap.Load().tables[idx].noRoute.record(drain.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
+			return fasthttp.StatusRequestEntityTooLarge
+		}
+	}
 	return l
+}
+
+// errorHandler answers requests fasthttp could not parse, as fasthttp's
+// default does, and keeps reading what the client still sends for a while
+// before closing, so that the answer is not lost to a reset.
+func errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "ebb: request headers too large\n")
+	case errors.As(err, &ne) && ne.Timeout():
+		localReply(ctx, fasthttp.StatusRequestTimeout, "ebb: request timeout\n")
+	default:
+		localReply(ctx, fasthttp.StatusBadRequest, "ebb: malformed request\n")
+	}
+	lingerOnClose(ctx)
+}
+
+// lingerOnClose marks the request's connection to be closed gracefully
+// (see drain.Conn.LingerOnClose).
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*drain.Conn); ok {
+		c.LingerOnClose()
+	}
 }
 
 // connState mirrors fasthttp's view of each connection into the registry.

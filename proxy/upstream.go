@@ -110,6 +110,10 @@ func (t *transport[C]) close() { t.hc.CloseIdleConnections() }
 
 func (t *transport[C]) finish() { t.inflight.Add(-1) }
 
+// earlyAnswerWait bounds the wait for an upstream's answer after it
+// stopped reading the request body.
+const earlyAnswerWait = time.Second
+
 // maxStaleAttempts bounds how many pooled connections one request tries
 // when each turns out to have been closed by the upstream while idle.
 const maxStaleAttempts = 4
@@ -142,38 +146,65 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 // that resp now streams the body from the connection; stale that a reused
 // connection failed before any response byte arrived.
 func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) (streamed, stale bool, err error) {
-	cc, err := t.acquire(0, false)
-	if err != nil {
-		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
-			return false, false, &upstreamError{kind: errOverloaded, err: err}
+	var (
+		cc     C
+		conn   net.Conn
+		uc     *upConn
+		reused bool
+	)
+	// A request that could not be sent again is only sent on a pooled
+	// connection that is still open as far as the socket knows.
+	// The loop ends: each dead connection leaves the pool, and once the
+	// pool is empty acquire dials a new one.
+	resendable := req.BodyStream() == nil && isIdempotent(req)
+	for {
+		if cc, err = t.acquire(0, false); err != nil {
+			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+				return false, false, &upstreamError{kind: errOverloaded, err: err}
+			}
+			return false, false, &upstreamError{kind: errConnect, err: err}
 		}
-		return false, false, &upstreamError{kind: errConnect, err: err}
+		conn = cc.Conn()
+		uc, _ = conn.(*upConn)
+		reused = uc != nil && uc.used
+		if !reused || resendable || !peerClosed(uc.Conn) {
+			break
+		}
+		t.discard(cc)
 	}
-	conn := cc.Conn()
-	uc, _ := conn.(*upConn)
-	reused := uc != nil && uc.used
 	fail := func(kind errKind, err error) (bool, bool, error) {
 		t.discard(cc)
 		return false, false, &upstreamError{kind: kind, reused: reused, err: err}
 	}
 
 	bw := t.hc.AcquireWriter(conn)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
+	writeErr := req.Write(bw)
+	if writeErr == nil {
+		writeErr = bw.Flush()
 	}
 	t.hc.ReleaseWriter(bw)
-	if err != nil {
-		_, _, err = fail(errBroken, err)
-		return false, reused, err
+	wait := t.responseTimeout
+	if writeErr != nil {
+		if !isWriteError(writeErr) {
+			// Reading the client's body failed: the handler knows why.
+			return fail(errBroken, writeErr)
+		}
+		// The upstream stopped reading. It may have answered early (a 401
+		// or 413 to an upload it does not want): relay that answer if it
+		// is there.
+		wait = min(wait, earlyAnswerWait)
 	}
-	if err := conn.SetReadDeadline(time.Now().Add(t.responseTimeout)); err != nil {
+	if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
 		return fail(errBroken, err)
 	}
 	br := t.hc.AcquireReader(conn)
 	if nothing, err := readResponseHeader(resp, br); err != nil {
 		t.hc.ReleaseReader(br)
-		if isTimeout(err) {
+		switch {
+		case writeErr != nil:
+			_, _, err = fail(errBroken, writeErr)
+			return false, reused, err
+		case isTimeout(err):
 			return fail(errTimeout, err)
 		}
 		_, _, err = fail(errBroken, err)
@@ -183,7 +214,7 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) 
 	cl := resp.Header.ContentLength()
 	// A body delimited by the connection's close (no length, not chunked)
 	// leaves nothing to reuse.
-	keepAlive := !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && cl != -2
+	keepAlive := writeErr == nil && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && cl != -2
 
 	switch {
 	case req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
@@ -307,6 +338,13 @@ func (s *bodyStream[C]) release(err error) {
 	s.cc, s.conn, s.br, s.eof, s.keepAlive = zero, nil, nil, false, false
 	s.up.Reset()
 	t.streams.Put(s)
+}
+
+// isWriteError reports whether err is a failure to write to a connection
+// (as opposed to a failure to read the body being copied to it).
+func isWriteError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "write"
 }
 
 func isTimeout(err error) bool {

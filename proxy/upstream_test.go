@@ -69,21 +69,77 @@ func TestStaleConnectionRetriedForIdempotent(t *testing.T) {
 	}
 }
 
-func TestStaleConnectionNotRetriedForPost(t *testing.T) {
+func TestStaleConnectionCheckedBeforePost(t *testing.T) {
 	origin, closed := closingOrigin(t)
 	l := benchProxy(t, origin)
 	if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 {
 		t.Fatalf("first GET: %d", ctx.Response.StatusCode())
 	}
 	<-closed
-	// A POST may have been processed: ebb must not send it twice.
+	// The POST cannot be sent twice, so the pooled connection is checked
+	// first, found closed, and a new one is used.
+	ctx := serve(l, "POST", []byte("pay once"))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("POST after the upstream closed its idle connection: %d", ctx.Response.StatusCode())
+	}
+}
+
+// silentOrigin reads one request per connection and closes it without
+// answering, counting the requests it received.
+func silentOrigin(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{}, 16)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			for {
+				line, err := br.ReadSlice('\n')
+				if err != nil || len(bytes.TrimSpace(line)) == 0 {
+					break
+				}
+			}
+			got <- struct{}{}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), got
+}
+
+func TestPostNeverSentTwice(t *testing.T) {
+	origin, got := silentOrigin(t)
+	l := benchProxy(t, origin)
+	// The upstream received the POST and died without a word: it may have
+	// processed it, so ebb answers 502 and does not send it again.
 	ctx := serve(l, "POST", []byte("pay once"))
 	if ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
-		t.Fatalf("POST on a stale pooled connection: %d, want 502", ctx.Response.StatusCode())
+		t.Fatalf("status %d, want 502", ctx.Response.StatusCode())
 	}
+	<-got
 	select {
-	case <-closed:
-		t.Fatal("the POST reached the upstream a second time")
+	case <-got:
+		t.Fatal("the POST reached the upstream twice")
+	default:
+	}
+	// A GET in the same situation on a fresh connection is not retried
+	// either: only a reused connection failing is the keep-alive race.
+	if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
+		t.Fatalf("GET status %d, want 502", ctx.Response.StatusCode())
+	}
+	<-got
+	select {
+	case <-got:
+		t.Fatal("the GET on a fresh connection was retried")
 	default:
 	}
 }

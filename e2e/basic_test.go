@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// singleClusterYAML is a configuration with one listener ("public") that
+// sends everything to one cluster ("app") at origin.
+func singleClusterYAML(origin string) string {
+	return fmt.Sprintf(`
+admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: "/" }
+        cluster: app
+clusters:
+  - name: app
+    discovery: { static: [%q] }
+`, origin)
+}
+
+// basicOrigin answers:
+//
+//	GET  /hello       200 "hello, world\n" with X-Origin: basic
+//	HEAD /hello       200, Content-Length 13, no body
+//	GET  /teapot      418 "short and stout\n"
+//	GET  /uri/...     200, the request URI exactly as received
+//	POST /echo        201, the body, with the request's Content-Type and
+//	                  X-Request-Length: the Content-Length it saw (-1: chunked)
+func basicOrigin() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Origin", "basic")
+		w.Header().Set("Content-Length", "13")
+		io.WriteString(w, "hello, world\n")
+	})
+	mux.HandleFunc("GET /teapot", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "short and stout\n")
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Before the mux, which would clean the path (and redirect).
+		if strings.HasPrefix(r.RequestURI, "/uri/") {
+			io.WriteString(w, r.RequestURI)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// TestGetAndPost sends GET, HEAD and POST requests through ebb with Go's
+// client and with curl, and checks status and body byte for byte. Bodies
+// cover empty, small (prefetched whole by ebb), larger than the 8 KiB
+// prefetch and larger than the 64 KiB response buffering threshold, sent
+// with Content-Length and chunked.
+func TestGetAndPost(t *testing.T) {
+	t.Parallel()
+	origin := newOrigin(t, basicOrigin())
+	e := startEbb(t, singleClusterYAML(hostPort(origin)))
+	client := newClient(t)
+
+	type exchange struct {
+		name       string
+		method     string
+		path       string
+		body       []byte
+		chunked    bool
+		wantStatus int
+		wantBody   []byte
+		wantLength string // X-Request-Length the origin reports, for POST
+	}
+	big := randBytes(1, 100<<10)
+	mid := randBytes(2, 20<<10)
+	cases := []exchange{
+		{name: "get", method: "GET", path: "/hello", wantStatus: 200, wantBody: []byte("hello, world\n")},
+		{name: "status passes through", method: "GET", path: "/teapot", wantStatus: 418, wantBody: []byte("short and stout\n")},
+		{name: "request URI kept as sent", method: "GET", path: "/uri/a%2Fb/./c?x=1&y=%20two", wantStatus: 200, wantBody: []byte("/uri/a%2Fb/./c?x=1&y=%20two")},
+		{name: "post small", method: "POST", path: "/echo", body: []byte("ping"), wantStatus: 201, wantBody: []byte("ping"), wantLength: "4"},
+		{name: "post empty", method: "POST", path: "/echo", body: []byte{}, wantStatus: 201, wantBody: []byte{}, wantLength: "0"},
+		{name: "post 20KiB", method: "POST", path: "/echo", body: mid, wantStatus: 201, wantBody: mid, wantLength: "20480"},
+		{name: "post 100KiB", method: "POST", path: "/echo", body: big, wantStatus: 201, wantBody: big, wantLength: "102400"},
+		{name: "post small chunked", method: "POST", path: "/echo", body: []byte("ping"), chunked: true, wantStatus: 201, wantBody: []byte("ping"), wantLength: "-1"},
+		{name: "post 100KiB chunked", method: "POST", path: "/echo", body: big, chunked: true, wantStatus: 201, wantBody: big, wantLength: "-1"},
+	}
+
+	t.Run("go", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				var body io.Reader
+				if tc.body != nil {
+					body = bytes.NewReader(tc.body)
+				}
+				req, err := http.NewRequest(tc.method, e.url("public", tc.path), body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.chunked {
+					// An io.Reader Go cannot size: sent chunked.
+					req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(tc.body)))
+					req.ContentLength = -1
+				}
+				if tc.method == "POST" {
+					req.Header.Set("Content-Type", "application/x-test")
+				}
+				status, got, resp := do(t, client, req)
+				if status != tc.wantStatus {
+					t.Fatalf("status %d, want %d (body %q)", status, tc.wantStatus, got)
+				}
+				if !bytes.Equal(got, tc.wantBody) {
+					t.Fatalf("body differs: got %d bytes, want %d", len(got), len(tc.wantBody))
+				}
+				if tc.method == "POST" {
+					if ct := resp.Header.Get("Content-Type"); ct != "application/x-test" {
+						t.Errorf("Content-Type %q, want application/x-test", ct)
+					}
+					if l := resp.Header.Get("X-Request-Length"); l != tc.wantLength {
+						t.Errorf("origin saw Content-Length %s, want %s", l, tc.wantLength)
+					}
+				}
+			})
+		}
+		t.Run("head", func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodHead, e.url("public", "/hello"), nil)
+			status, got, resp := do(t, client, req)
+			if status != 200 || len(got) != 0 {
+				t.Fatalf("HEAD: status %d, body %q; want 200 and no body", status, got)
+			}
+			if resp.ContentLength != 13 || resp.Header.Get("X-Origin") != "basic" {
+				t.Fatalf("HEAD: Content-Length %d, X-Origin %q; want 13, basic", resp.ContentLength, resp.Header.Get("X-Origin"))
+			}
+		})
+	})
+
+	t.Run("curl", func(t *testing.T) {
+		dir := t.TempDir()
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				args := []string{"-X", tc.method}
+				if tc.method == "POST" {
+					f := filepath.Join(dir, fmt.Sprintf("body-%d", i))
+					if err := os.WriteFile(f, tc.body, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					args = append(args, "-H", "Content-Type: application/x-test", "--data-binary", "@"+f)
+					if tc.chunked {
+						args = append(args, "-H", "Transfer-Encoding: chunked")
+					}
+				}
+				args = append(args, "--path-as-is", e.url("public", tc.path))
+				r := runCurl(t, args...)
+				if r.status != tc.wantStatus {
+					t.Fatalf("status %d, want %d (body %q)", r.status, tc.wantStatus, r.body)
+				}
+				if !bytes.Equal(r.body, tc.wantBody) {
+					t.Fatalf("body differs: got %d bytes, want %d", len(r.body), len(tc.wantBody))
+				}
+			})
+		}
+	})
+}
+
+// TestPipelining sends three requests in one write on one connection: the
+// responses come back in order, each exact.
+func TestPipelining(t *testing.T) {
+	t.Parallel()
+	origin := newOrigin(t, basicOrigin())
+	e := startEbb(t, singleClusterYAML(hostPort(origin)))
+	c := rawConn(t, e.addr("public"))
+	io.WriteString(c, "GET /hello HTTP/1.1\r\nHost: app\r\n\r\n"+
+		"POST /echo HTTP/1.1\r\nHost: app\r\nContent-Type: text/x-a\r\nContent-Length: 5\r\n\r\nhello"+
+		"GET /uri/third?q=3 HTTP/1.1\r\nHost: app\r\n\r\n")
+	br := bufio.NewReader(c)
+	for i, want := range []struct {
+		status int
+		body   string
+	}{{200, "hello, world\n"}, {201, "hello"}, {200, "/uri/third?q=3"}} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != want.status || string(body) != want.body {
+			t.Fatalf("response %d: %d %q %v; want %d %q", i, resp.StatusCode, body, err, want.status, want.body)
+		}
+	}
+}
+
+// TestClientAbortsDownload has the client go away in the middle of a large
+// streamed response: ebb must close the upstream connection (the origin's
+// request ends) rather than leave the origin writing or pool a connection
+// in the middle of a body; the next request works.
+func TestClientAbortsDownload(t *testing.T) {
+	t.Parallel()
+	ended := make(chan error, 1)
+	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/endless" {
+			io.WriteString(w, "next")
+			return
+		}
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				ended <- r.Context().Err()
+				return
+			default:
+			}
+		}
+	}))
+	e := startEbb(t, singleClusterYAML(hostPort(origin)))
+	client := newClient(t)
+	resp, err := client.Get(e.url("public", "/endless"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("reading the first MiB: %v", err)
+	}
+	resp.Body.Close() // closes the connection: the body is unfinished
+	if err := recv(t, ended, "the origin to see the upstream connection end"); err == nil {
+		t.Fatal("origin handler ended without an error")
+	}
+	if status, body, _ := get(t, client, e.url("public", "/next")); status != 200 || string(body) != "next" {
+		t.Fatalf("next request: %d %q", status, body)
+	}
+}

@@ -1,0 +1,634 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ebbBin is the path of the ebb binary built by TestMain.
+var ebbBin string
+
+// Generous upper bounds: they only decide how long a broken ebb can make a
+// test hang, never the order of events.
+const (
+	startTimeout = 20 * time.Second
+	stopTimeout  = 30 * time.Second
+	waitTimeout  = 15 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "ebb-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ebbBin = filepath.Join(dir, "ebb")
+	build := exec.Command("go", "build", "-o", ebbBin, "./cmd/ebb")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building ebb: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// moduleRoot walks up from the working directory to the directory holding
+// go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ebbProc is a running ebb process.
+type ebbProc struct {
+	t         *testing.T
+	cmd       *exec.Cmd
+	config    string            // path of the configuration file
+	listeners map[string]string // listener name -> host:port
+	admin     string            // admin host:port
+
+	mu    sync.Mutex
+	lines []string // stderr, one log line each
+
+	done     chan struct{} // closed once the process has exited and stderr is read
+	exitCode int           // set before done is closed
+	stopped  bool          // stop has run
+}
+
+// writeConfig writes a configuration file into a fresh temporary directory
+// and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ebb.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startEbb writes yaml to a file, starts "ebb run -config FILE", waits for
+// its "ebb started" log line and learns the bound addresses from the log.
+// At cleanup it stops ebb with SIGTERM and checks a clean exit.
+func startEbb(t *testing.T, yaml string) *ebbProc {
+	t.Helper()
+	path := writeConfig(t, yaml)
+	return startEbbArgs(t, path, "run", "-config", path)
+}
+
+func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
+	t.Helper()
+	cmd := exec.Command(ebbBin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e := &ebbProc{t: t, cmd: cmd, config: path, listeners: map[string]string{}, done: make(chan struct{})}
+	started := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		once := false
+		for sc.Scan() {
+			line := sc.Text()
+			var rec map[string]any
+			_ = json.Unmarshal([]byte(line), &rec)
+			e.mu.Lock()
+			e.lines = append(e.lines, line)
+			switch rec["msg"] {
+			case "listening":
+				name, _ := rec["listener"].(string)
+				addr, _ := rec["address"].(string)
+				e.listeners[name] = addr
+			case "ebb started":
+				e.admin, _ = rec["admin"].(string)
+				if !once {
+					once = true
+					close(started)
+				}
+			}
+			e.mu.Unlock()
+		}
+		io.Copy(io.Discard, stderr)
+		err := cmd.Wait()
+		code := 0
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else {
+				code = -1
+			}
+		}
+		e.mu.Lock()
+		e.exitCode = code
+		e.mu.Unlock()
+		close(e.done)
+	}()
+	t.Cleanup(func() { e.stop() })
+
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case <-started:
+	case <-e.done:
+		t.Fatalf("ebb exited with status %d before starting; its log:\n%s", e.exitCode, e.logs())
+	case <-timer.C:
+		t.Fatalf("ebb did not log \"ebb started\" within %s; its log:\n%s", startTimeout, e.logs())
+	}
+	return e
+}
+
+// stop sends SIGTERM, waits for the exit and checks that ebb drained
+// cleanly (status 0) and logged no error. Safe to call more than once.
+func (e *ebbProc) stop() {
+	t := e.t
+	t.Helper()
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	code, err := e.terminate()
+	if err != nil {
+		t.Errorf("%v; its log:\n%s", err, e.logs())
+		return
+	}
+	if code != 0 {
+		t.Errorf("ebb exited with status %d after SIGTERM, want 0 (clean drain); its log:\n%s", code, e.logs())
+	}
+	if errs := e.logsAt("ERROR"); len(errs) > 0 {
+		t.Errorf("ebb logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// terminate sends SIGTERM and returns the exit status. If ebb does not exit
+// within stopTimeout it is killed and an error is returned.
+func (e *ebbProc) terminate() (int, error) {
+	select {
+	case <-e.done:
+		return e.exitCode, nil
+	default:
+	}
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, fmt.Errorf("signalling ebb: %w", err)
+	}
+	return e.wait(stopTimeout)
+}
+
+// wait waits up to d for ebb to exit and returns its exit status; past d
+// ebb is killed and an error is returned.
+func (e *ebbProc) wait(d time.Duration) (int, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-e.done:
+		return e.exitCode, nil
+	case <-timer.C:
+		e.cmd.Process.Kill()
+		<-e.done
+		return e.exitCode, fmt.Errorf("ebb did not exit within %s; killed", d)
+	}
+}
+
+// signal sends sig to ebb.
+func (e *ebbProc) signal(sig os.Signal) {
+	e.t.Helper()
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		e.t.Fatalf("signalling ebb: %v", err)
+	}
+}
+
+// exit waits for ebb to exit (it is killed past stopTimeout) and returns
+// its exit status; the cleanup then checks nothing more about the exit.
+func (e *ebbProc) exit() int {
+	e.t.Helper()
+	e.stopped = true
+	code, err := e.wait(stopTimeout)
+	if err != nil {
+		e.t.Fatalf("%v; its log:\n%s", err, e.logs())
+	}
+	return code
+}
+
+func (e *ebbProc) logs() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.lines, "\n")
+}
+
+// logsAt returns the log lines at the given level.
+func (e *ebbProc) logsAt(level string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, l := range e.lines {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) == nil && rec["level"] == level {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// logRecords returns the decoded log lines whose msg is msg.
+func (e *ebbProc) logRecords(msg string) []map[string]any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []map[string]any
+	for _, l := range e.lines {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// addr returns the address of the named listener.
+func (e *ebbProc) addr(listener string) string {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a, ok := e.listeners[listener]
+	if !ok {
+		e.t.Fatalf("ebb logged no address for listener %q", listener)
+	}
+	return a
+}
+
+// url returns http://ADDR+path for the named listener.
+func (e *ebbProc) url(listener, path string) string {
+	return "http://" + e.addr(listener) + path
+}
+
+func (e *ebbProc) adminURL(path string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return "http://" + e.admin + path
+}
+
+func (e *ebbProc) pid() int { return e.cmd.Process.Pid }
+
+// procStatusKiB reads a field such as VmRSS or VmHWM from
+// /proc/PID/status, in KiB.
+func procStatusKiB(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				t.Fatalf("unexpected /proc status line %q", line)
+			}
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// newOrigin starts a real net/http server on 127.0.0.1:0, closed at
+// cleanup.
+func newOrigin(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// newUnstartedOrigin is newOrigin for a server the test configures before
+// calling Start.
+func newUnstartedOrigin(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// hostPort returns the host:port of an httptest server.
+func hostPort(srv *httptest.Server) string {
+	return srv.Listener.Addr().String()
+}
+
+// closedPort returns a loopback address on which nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// newClient returns a Go HTTP client with its own transport (so that
+// connection reuse is under the test's control), closed at cleanup.
+func newClient(t *testing.T) *http.Client {
+	t.Helper()
+	tr := &http.Transport{
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   4,
+		ResponseHeaderTimeout: waitTimeout,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{
+		Transport: tr,
+		Timeout:   2 * time.Minute,
+		// A redirect is an answer to check, not to follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// do sends req and returns the status, body and response.
+func do(t *testing.T, c *http.Client, req *http.Request) (int, []byte, *http.Response) {
+	t.Helper()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", req.Method, req.URL, err)
+	}
+	return resp.StatusCode, body, resp
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, []byte, *http.Response) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return do(t, c, req)
+}
+
+// curlPath returns curl's path, or fails the test: curl is a dependency of
+// the suite, installed by e2e/deps.sh.
+func curlPath(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatal("curl is not installed: run e2e/deps.sh (it installs the tools the tests need)")
+	}
+	return p
+}
+
+// curlResult is what one curl run produced.
+type curlResult struct {
+	status int    // from -w '%{http_code}'
+	body   []byte // the response body
+	stderr string // curl's -v trace, when asked for
+}
+
+// runCurl runs curl with args plus options that write the body to a file
+// and the status to stdout. It fails the test if curl fails.
+func runCurl(t *testing.T, args ...string) curlResult {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "curl-body")
+	full := append([]string{"-sS", "--max-time", "60", "-o", out, "-w", "%{http_code}"}, args...)
+	cmd := exec.Command(curlPath(t), full...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("curl %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	status, err := strconv.Atoi(strings.TrimSpace(stdout.String()))
+	if err != nil {
+		t.Fatalf("curl %s: status %q: %v", strings.Join(args, " "), stdout.String(), err)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return curlResult{status: status, body: body, stderr: stderr.String()}
+}
+
+// randReader returns a deterministic stream of pseudo-random bytes.
+func randReader(seed byte) io.Reader {
+	var s [32]byte
+	for i := range s {
+		s[i] = seed + byte(i)
+	}
+	return rand.NewChaCha8(s)
+}
+
+// randBytes returns n deterministic pseudo-random bytes.
+func randBytes(seed byte, n int) []byte {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(randReader(seed), b); err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// streamSHA256 returns the hex SHA-256 of the first n bytes of
+// randReader(seed).
+func streamSHA256(seed byte, n int64) string {
+	h := sha256.New()
+	if _, err := io.CopyN(h, randReader(seed), n); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// after returns a timer channel and a function that stops the timer.
+func after(d time.Duration) (<-chan time.Time, func() bool) {
+	tm := time.NewTimer(d)
+	return tm.C, tm.Stop
+}
+
+// recv waits for a value on ch, failing the test after waitTimeout.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timeout, stop := after(waitTimeout)
+	defer stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timeout:
+		t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		var zero T
+		return zero
+	}
+}
+
+// rawConn dials addr with a deadline for the whole exchange; closed at
+// cleanup.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, waitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(waitTimeout))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawExchange writes a raw request on a new connection to addr and reads
+// one response.
+func rawExchange(t *testing.T, addr, request string) (*http.Response, []byte) {
+	t.Helper()
+	c := rawConn(t, addr)
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the response body: %v", err)
+	}
+	resp.Body.Close()
+	return resp, body
+}
+
+// adminClient talks to admin servers without keeping connections open
+// across tests.
+var adminClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true},
+	Timeout:   waitTimeout,
+}
+
+// metricSample is one line of the Prometheus text format.
+type metricSample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads the admin /metrics and parses every sample.
+func scrape(t *testing.T, e *ebbProc) []metricSample {
+	t.Helper()
+	status, body, _ := get(t, adminClient, e.adminURL("/metrics"))
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: status %d", status)
+	}
+	var out []metricSample
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s, err := parseSample(line)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func parseSample(line string) (metricSample, error) {
+	s := metricSample{labels: map[string]string{}}
+	i := strings.LastIndexByte(line, ' ')
+	if i < 0 {
+		return s, errors.New("no value")
+	}
+	v, err := strconv.ParseFloat(line[i+1:], 64)
+	if err != nil {
+		return s, err
+	}
+	s.value = v
+	series := line[:i]
+	open := strings.IndexByte(series, '{')
+	if open < 0 {
+		s.name = series
+		return s, nil
+	}
+	s.name = series[:open]
+	rest := strings.TrimSuffix(series[open+1:], "}")
+	for rest != "" {
+		eq := strings.IndexByte(rest, '=')
+		if eq < 0 || len(rest) < eq+2 || rest[eq+1] != '"' {
+			return s, fmt.Errorf("bad labels %q", rest)
+		}
+		key := rest[:eq]
+		rest = rest[eq+2:]
+		var val strings.Builder
+		j := 0
+		for ; j < len(rest) && rest[j] != '"'; j++ {
+			if rest[j] == '\\' && j+1 < len(rest) {
+				j++
+			}
+			val.WriteByte(rest[j])
+		}
+		s.labels[key] = val.String()
+		rest = strings.TrimPrefix(rest[min(j+1, len(rest)):], ",")
+	}
+	return s, nil
+}
+
+// metricValue returns the value of the sample named name whose labels are
+// exactly labels, and whether there is one.
+func metricValue(samples []metricSample, name string, labels map[string]string) (float64, bool) {
+	for _, s := range samples {
+		if s.name != name || len(s.labels) != len(labels) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if s.labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			return s.value, true
+		}
+	}
+	return 0, false
+}

@@ -3,6 +3,7 @@ package drain
 import (
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,7 @@ type Conn struct {
 	proto     atomic.Int32
 	state     atomic.Int32
 	linger    atomic.Bool
+	wrote     atomic.Bool // the last operation was a write
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -117,6 +119,23 @@ func (c *Conn) lingerClose() {
 			return
 		}
 	}
+}
+
+// Read yields the processor once before the first read after a write (see
+// the same trick on upstream connections in package proxy): after a
+// response, the client's next request is rarely there yet, and a read that
+// finds nothing costs a system call before the goroutine parks.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.wrote.Swap(false) {
+		runtime.Gosched()
+	}
+	return c.Conn.Read(p)
+}
+
+// Write writes to the connection.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wrote.Store(true)
+	return c.Conn.Write(p)
 }
 
 // Protocol returns the connection's protocol.

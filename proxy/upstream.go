@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,25 @@ func (e *upstreamError) Unwrap() error { return e.err }
 // upConn is an upstream connection with what ebb needs to know about it.
 type upConn struct {
 	net.Conn
-	used bool // it has carried a complete exchange
+	used  bool        // it has carried a complete exchange
+	wrote atomic.Bool // the last operation was a write
+}
+
+// Read yields the processor once before the first read after a write: the
+// answer to what was just written is rarely there yet, and a read that
+// finds nothing costs a system call (EAGAIN) before the goroutine parks.
+// Under load, other goroutines run meanwhile and the read then finds data;
+// alone, Gosched returns at once.
+func (c *upConn) Read(p []byte) (int, error) {
+	if c.wrote.Swap(false) {
+		runtime.Gosched()
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *upConn) Write(p []byte) (int, error) {
+	c.wrote.Store(true)
+	return c.Conn.Write(p)
 }
 
 // pooledConn is what fasthttp's HostClient hands out: its clientConn type

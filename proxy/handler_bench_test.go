@@ -86,7 +86,9 @@ func benchProxy(tb testing.TB, origin string) *listener {
 // connection, and metrics. Its allocs/op is the figure the design holds at
 // zero.
 func BenchmarkHandlerGet(b *testing.B) {
-	origin := rawOrigin(b, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 64\r\n\r\n"+
+	// Like most servers, the origin says "Connection: keep-alive", which
+	// ebb must strip on every response.
+	origin := rawOrigin(b, []byte("HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nContent-Length: 64\r\n\r\n"+
 		"0123456789012345678901234567890123456789012345678901234567890123"))
 	l := benchProxy(b, origin)
 	client, server := net.Pipe()

@@ -46,68 +46,98 @@ var protectedFromConnection = [...]string{"Content-Length", "Transfer-Encoding",
 // hop-by-hop stripping needs.
 type headerSet interface {
 	PeekAll(key string) [][]byte
-	Del(key string)
+	DelBytes(key []byte)
 }
+
+// hopMask has bit i set when hopByHop[i] is present.
+type hopMask uint8
+
+const (
+	hopConnection = 0 // index of Connection in hopByHop
+	hopUpgrade    = 5 // index of Upgrade in hopByHop
+)
+
+// hopByHopKeys holds hopByHop as bytes, for DelBytes.
+var hopByHopKeys = func() (out [len(hopByHop)][]byte) {
+	for i, name := range hopByHop {
+		out[i] = []byte(name)
+	}
+	return out
+}()
 
 // stripRequestHopByHop strips a request's hop-by-hop headers (see
 // stripHopByHop). The scan is written per concrete header type so that the
-// iterator stays on the stack: the common case allocates nothing.
+// iterator stays on the stack.
 func stripRequestHopByHop(h *fasthttp.RequestHeader, keepUpgrade bool) {
+	var found hopMask
 	for k := range h.All() {
-		if isHopByHop(k) {
-			stripHopByHop(h, keepUpgrade)
-			return
-		}
+		found |= hopBit(k)
+	}
+	if found != 0 {
+		stripHopByHop(h, found, keepUpgrade)
 	}
 }
 
 // stripResponseHopByHop strips a response's hop-by-hop headers.
 func stripResponseHopByHop(h *fasthttp.ResponseHeader, keepUpgrade bool) {
+	var found hopMask
 	for k := range h.All() {
-		if isHopByHop(k) {
-			stripHopByHop(h, keepUpgrade)
-			return
-		}
+		found |= hopBit(k)
+	}
+	if found != 0 {
+		stripHopByHop(h, found, keepUpgrade)
 	}
 }
 
-// stripHopByHop removes the hop-by-hop headers from h, with every header
-// the Connection header names. keepUpgrade keeps Connection and Upgrade, for
-// a protocol upgrade being forwarded on purpose.
-func stripHopByHop(h headerSet, keepUpgrade bool) {
-	if !keepUpgrade {
+// stripHopByHop removes the hop-by-hop headers found in h, with every
+// header the Connection header names. keepUpgrade keeps Connection and
+// Upgrade, for a protocol upgrade being forwarded on purpose. Nearly every
+// upstream response carries "Connection: keep-alive", so this runs on the
+// hot path: it allocates nothing.
+func stripHopByHop(h headerSet, found hopMask, keepUpgrade bool) {
+	if found&(1<<hopConnection) != 0 && !keepUpgrade {
 		// The Connection header's options name more hop-by-hop headers; it
-		// may come on several lines (RFC 9110 §5.3).
-		var names []string
+		// may come on several lines (RFC 9110 §5.3). Deleting while
+		// walking the options is safe: fasthttp's delete moves header
+		// entries but never touches the bytes of the values, and nothing
+		// is added meanwhile (TestStripHopByHopRequest covers this).
 		for _, v := range h.PeekAll("Connection") {
-			for opt := range bytes.SplitSeq(v, []byte(",")) {
-				if opt = bytes.TrimSpace(opt); len(opt) > 0 && !isProtected(opt) {
-					names = append(names, string(opt)) // copied: Del reuses the buffer
+			for len(v) > 0 {
+				opt := v
+				if i := bytes.IndexByte(v, ','); i >= 0 {
+					opt, v = v[:i], v[i+1:]
+				} else {
+					v = nil
 				}
+				opt = bytes.TrimSpace(opt)
+				if len(opt) == 0 || isProtected(opt) || hopBit(opt) != 0 || bytes.EqualFold(opt, []byte("close")) {
+					// "close" names no header; hop-by-hop names
+					// (keep-alive, upgrade) are removed below if present.
+					continue
+				}
+				h.DelBytes(opt)
 			}
 		}
-		for _, name := range names {
-			h.Del(name)
-		}
 	}
-	for _, name := range hopByHop {
-		if keepUpgrade && (name == "Connection" || name == "Upgrade") {
+	for i := range hopByHop {
+		if found&(1<<i) == 0 || keepUpgrade && (i == hopConnection || i == hopUpgrade) {
 			continue
 		}
-		h.Del(name)
+		h.DelBytes(hopByHopKeys[i])
 	}
 }
 
-func isHopByHop(k []byte) bool {
+// hopBit returns the hopMask bit of k, or 0 if k is not hop-by-hop.
+func hopBit(k []byte) hopMask {
 	switch len(k) {
 	case 2, 7, 10, 16:
-		for _, name := range hopByHop {
+		for i, name := range hopByHop {
 			if len(name) == len(k) && bytes.EqualFold(k, []byte(name)) {
-				return true
+				return 1 << i
 			}
 		}
 	}
-	return false
+	return 0
 }
 
 func isProtected(opt []byte) bool {

@@ -3,36 +3,40 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/telemetry"
 )
 
-// metrics are the proxy's instruments. Attribute sets are built when a
-// snapshot is built, never on the request path: recording a request costs
-// two atomic-backed updates and no allocation.
+// metrics are the proxy's instruments.
+//
+// Per-request figures (requests, durations) are counted by the proxy itself
+// in atomics, one set per route, and handed to OpenTelemetry at scrape time
+// by Produce: the request path pays a few atomic adds, no lock, no map
+// lookup and no allocation. Per-connection and error figures use
+// OpenTelemetry instruments with attribute sets built in advance.
 type metrics struct {
-	requests       metric.Int64Counter
-	duration       metric.Float64Histogram
 	connects       metric.Int64Counter
 	connectErrors  metric.Int64Counter
 	upstreamErrors metric.Int64Counter
+
+	start  time.Time // of the cumulative series
+	mu     sync.Mutex
+	routes []*routeMetrics // guarded by mu; appended when snapshots are built
 }
 
 func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
-	var out metrics
+	out := metrics{start: time.Now()}
 	var err error
-	if out.requests, err = m.Int64Counter("ebb.requests",
-		metric.WithDescription("Requests answered, by listener, cluster, status class and protocol.")); err != nil {
-		return nil, err
-	}
-	if out.duration, err = m.Float64Histogram("ebb.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from the request's first byte to its response handed to the connection.")); err != nil {
-		return nil, err
-	}
 	if out.connects, err = m.Int64Counter("ebb.upstream.connects",
 		metric.WithDescription("Upstream connections established.")); err != nil {
 		return nil, err
@@ -76,36 +80,101 @@ func statusClass(code int) int {
 	return 0
 }
 
-// routeMetrics holds the prebuilt attribute options for one listener and
-// cluster pair.
+// durationBounds are telemetry.DurationBounds as durations, for bucketing
+// without floating point on the request path.
+var durationBounds = func() []time.Duration {
+	out := make([]time.Duration, len(telemetry.DurationBounds))
+	for i, b := range telemetry.DurationBounds {
+		out[i] = time.Duration(b * float64(time.Second))
+	}
+	return out
+}()
+
+const numProtos = int(drain.ProtoHTTP2) + 1
+
+// routeMetrics counts the requests of one listener and cluster pair.
 type routeMetrics struct {
-	m        *metrics
-	requests [drain.ProtoHTTP2 + 1][len(statusClasses)][]metric.AddOption
-	duration [drain.ProtoHTTP2 + 1][]metric.RecordOption
+	requestAttrs  [numProtos][len(statusClasses)]attribute.Set
+	durationAttrs [numProtos]attribute.Set
+
+	requests [numProtos][len(statusClasses)]atomic.Uint64
+	buckets  [numProtos][]atomic.Uint64 // len(durationBounds)+1 each
+	sumNanos [numProtos]atomic.Int64
 }
 
 func (m *metrics) forRoute(listener, cluster string) *routeMetrics {
-	rm := &routeMetrics{m: m}
-	for p := drain.ProtoUnknown; p <= drain.ProtoHTTP2; p++ {
+	rm := &routeMetrics{}
+	for p := range numProtos {
 		base := []attribute.KeyValue{
 			attribute.String("listener", listener),
 			attribute.String("cluster", cluster),
-			attribute.String("protocol", p.String()),
+			attribute.String("protocol", drain.Protocol(p).String()),
 		}
-		rm.duration[p] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(base...))}
+		rm.durationAttrs[p] = attribute.NewSet(base...)
 		for c, class := range statusClasses {
-			set := attribute.NewSet(append(base[:3:3], attribute.String("status_class", class))...)
-			rm.requests[p][c] = []metric.AddOption{metric.WithAttributeSet(set)}
+			rm.requestAttrs[p][c] = attribute.NewSet(append(base[:3:3], attribute.String("status_class", class))...)
 		}
+		rm.buckets[p] = make([]atomic.Uint64, len(durationBounds)+1)
 	}
+	m.mu.Lock()
+	m.routes = append(m.routes, rm)
+	m.mu.Unlock()
 	return rm
 }
 
 // record counts one answered request.
 func (rm *routeMetrics) record(proto drain.Protocol, status int, start time.Time) {
-	ctx := context.Background()
-	rm.m.requests.Add(ctx, 1, rm.requests[proto][statusClass(status)]...)
-	rm.m.duration.Record(ctx, time.Since(start).Seconds(), rm.duration[proto]...)
+	d := time.Since(start)
+	rm.requests[proto][statusClass(status)].Add(1)
+	i := 0
+	for i < len(durationBounds) && d > durationBounds[i] {
+		i++
+	}
+	rm.buckets[proto][i].Add(1)
+	rm.sumNanos[proto].Add(int64(d))
+}
+
+// Produce hands the per-request counts to OpenTelemetry as
+// ebb.requests (a counter) and ebb.request.duration (a histogram, seconds).
+// It implements go.opentelemetry.io/otel/sdk/metric.Producer.
+func (m *metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	m.mu.Lock()
+	routes := slices.Clone(m.routes)
+	m.mu.Unlock()
+	now := time.Now()
+	requests := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
+	durations := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+	for _, rm := range routes {
+		for p := range numProtos {
+			for c := range statusClasses {
+				if n := rm.requests[p][c].Load(); n > 0 {
+					requests.DataPoints = append(requests.DataPoints, metricdata.DataPoint[int64]{
+						Attributes: rm.requestAttrs[p][c], StartTime: m.start, Time: now, Value: int64(n)})
+				}
+			}
+			counts := make([]uint64, len(rm.buckets[p]))
+			var total uint64
+			for i := range counts {
+				counts[i] = rm.buckets[p][i].Load()
+				total += counts[i]
+			}
+			if total == 0 {
+				continue
+			}
+			durations.DataPoints = append(durations.DataPoints, metricdata.HistogramDataPoint[float64]{
+				Attributes: rm.durationAttrs[p], StartTime: m.start, Time: now,
+				Count: total, Bounds: telemetry.DurationBounds, BucketCounts: counts,
+				Sum: time.Duration(rm.sumNanos[p].Load()).Seconds(),
+			})
+		}
+	}
+	return []metricdata.ScopeMetrics{{
+		Scope: instrumentation.Scope{Name: telemetry.MeterName},
+		Metrics: []metricdata.Metrics{
+			{Name: "ebb.requests", Description: "Requests answered, by listener, cluster, status class and protocol.", Data: requests},
+			{Name: "ebb.request.duration", Unit: "s", Description: "Time from the request's first byte to its response handed to the connection.", Data: durations},
+		},
+	}}, nil
 }
 
 func (m *metrics) forCluster(name string) *clusterMetrics {

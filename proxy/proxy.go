@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
@@ -116,6 +117,10 @@ func (p *Proxy) Start() error {
 	}
 	return nil
 }
+
+// MetricsProducer returns the producer of the per-request metrics, to be
+// added to the telemetry pipeline (see telemetry.Telemetry.AddProducer).
+func (p *Proxy) MetricsProducer() sdkmetric.Producer { return p.metrics }
 
 // RunDiscovery runs every cluster's endpoint source, feeding updates into
 // the clusters, until ctx ends. It returns once every source has stopped.

@@ -5,11 +5,14 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -18,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/config"
 )
@@ -31,8 +35,47 @@ type Telemetry struct {
 	// Meter creates instruments; it is a no-op meter when metrics are off.
 	Meter metric.Meter
 
-	provider *sdkmetric.MeterProvider
-	registry *prometheus.Registry
+	provider  *sdkmetric.MeterProvider
+	registry  *prometheus.Registry
+	producers producers
+}
+
+// DurationBounds are the bucket bounds, in seconds, of every duration
+// histogram ebb exports.
+var DurationBounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// AddProducer adds metrics that a package aggregates itself (with atomics,
+// on its hot path) to what /metrics serves. The producer's Produce is
+// called at each scrape. A no-op when metrics are off.
+func (t *Telemetry) AddProducer(p sdkmetric.Producer) {
+	t.producers.add(p)
+}
+
+// producers fans Produce out to every added producer.
+type producers struct {
+	mu   sync.Mutex
+	list []sdkmetric.Producer // guarded by mu
+}
+
+func (ps *producers) add(p sdkmetric.Producer) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.list = append(ps.list, p)
+}
+
+// Produce implements sdkmetric.Producer.
+func (ps *producers) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
+	ps.mu.Lock()
+	list := slices.Clone(ps.list)
+	ps.mu.Unlock()
+	var out []metricdata.ScopeMetrics
+	var errs []error
+	for _, p := range list {
+		sm, err := p.Produce(ctx)
+		out = append(out, sm...)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
 }
 
 // New builds the logger writing to w and, when enabled, the meter provider.
@@ -51,6 +94,7 @@ func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
 		otelprom.WithRegisterer(t.registry),
 		otelprom.WithoutScopeInfo(),
 		otelprom.WithoutTargetInfo(),
+		otelprom.WithProducer(&t.producers),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: creating the Prometheus exporter: %w", err)
@@ -59,9 +103,7 @@ func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
 		sdkmetric.WithReader(exporter),
 		sdkmetric.WithView(sdkmetric.NewView(
 			sdkmetric.Instrument{Name: "*duration*"},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
-				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-			}},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBounds}},
 		)),
 	)
 	t.Meter = t.provider.Meter(MeterName)

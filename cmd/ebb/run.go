@@ -50,6 +50,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		log.Error("building the proxy", "err", err)
 		return exitConfig
 	}
+	tel.AddProducer(px.MetricsProducer())
 	if err := px.Start(); err != nil {
 		log.Error("starting", "err", err)
 		return exitConfig

@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+func TestMetricsProduce(t *testing.T) {
+	m := &metrics{start: time.Now()}
+	rm := m.forRoute("public", "app")
+	now := time.Now()
+	rm.record(drain.ProtoHTTP1, 200, now.Add(-time.Millisecond/10)) // 100µs: first bucket
+	rm.record(drain.ProtoHTTP1, 204, now.Add(-2*time.Millisecond))  // 2ms: the 2.5ms bucket
+	rm.record(drain.ProtoHTTP1, 502, now.Add(-time.Minute))         // over every bound
+	other := m.forRoute("public", "other")
+	if allocs := testing.AllocsPerRun(100, func() { other.record(drain.ProtoHTTP1, 200, now) }); allocs != 0 {
+		t.Errorf("record allocates %v times", allocs)
+	}
+
+	m.routes = m.routes[:1] // drop "other"
+	sms, err := m.Produce(context.Background())
+	if err != nil || len(sms) != 1 || len(sms[0].Metrics) != 2 {
+		t.Fatalf("Produce = %v, %v", sms, err)
+	}
+	reqs := sms[0].Metrics[0].Data.(metricdata.Sum[int64])
+	got := map[string]int64{}
+	for _, dp := range reqs.DataPoints {
+		class, _ := dp.Attributes.Value(attribute.Key("status_class"))
+		proto, _ := dp.Attributes.Value(attribute.Key("protocol"))
+		got[proto.AsString()+" "+class.AsString()] = dp.Value
+	}
+	if len(got) != 2 || got["http1 2xx"] != 2 || got["http1 5xx"] != 1 {
+		t.Errorf("requests = %v", got)
+	}
+	h := sms[0].Metrics[1].Data.(metricdata.Histogram[float64])
+	if len(h.DataPoints) != 1 {
+		t.Fatalf("%d histogram points", len(h.DataPoints))
+	}
+	dp := h.DataPoints[0]
+	if dp.Count != 3 || dp.BucketCounts[0] != 1 || dp.BucketCounts[2] != 1 || dp.BucketCounts[len(dp.BucketCounts)-1] != 1 {
+		t.Errorf("histogram count %d, buckets %v", dp.Count, dp.BucketCounts)
+	}
+	if dp.Sum < 60 || dp.Sum > 61 {
+		t.Errorf("sum = %v s", dp.Sum)
+	}
+}

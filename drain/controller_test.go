@@ -41,15 +41,21 @@ func (s *fakeServer) Close() error {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// run starts ctl.Run and returns the channel its result arrives on.
+func run(ctl *Controller) <-chan Result {
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := ctl.Run(context.Background())
+		done <- res
+	}()
+	return done
+}
+
 func TestControllerDrains(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := newFakeServer()
 		ctl := NewController(config.Drain{Timeout: 25 * time.Second}, NewRegistry(), srv, quiet())
-		done := make(chan Result)
-		go func() {
-			res, _ := ctl.Run(context.Background())
-			done <- res
-		}()
+		done := run(ctl)
 		synctest.Wait()
 		if ok, _ := ctl.Triggered(); ok {
 			t.Fatal("triggered before any trigger")
@@ -78,11 +84,7 @@ func TestControllerDeadline(t *testing.T) {
 		defer b.Close()
 		c := reg.Track(a, "l")
 		ctl := NewController(config.Drain{Timeout: 25 * time.Second}, reg, srv, quiet())
-		done := make(chan Result)
-		go func() {
-			res, _ := ctl.Run(context.Background())
-			done <- res
-		}()
+		done := run(ctl)
 		ctl.Trigger("test")
 		ctl.Trigger("again") // does not restart the timeline
 		res := <-done
@@ -98,11 +100,7 @@ func TestControllerForce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := newFakeServer()
 		ctl := NewController(config.Drain{Timeout: 25 * time.Second}, NewRegistry(), srv, quiet())
-		done := make(chan Result)
-		go func() {
-			res, _ := ctl.Run(context.Background())
-			done <- res
-		}()
+		done := run(ctl)
 		ctl.Trigger("signal SIGTERM")
 		<-srv.shutdown
 		time.Sleep(time.Second)
@@ -125,11 +123,7 @@ func TestControllerWaitsForUpgradedConnections(t *testing.T) {
 		c := reg.Track(a, "l") // ...but a hijacked connection lives on
 		c.SetState(StateUpgraded)
 		ctl := NewController(config.Drain{Timeout: 25 * time.Second}, reg, srv, quiet())
-		done := make(chan Result)
-		go func() {
-			res, _ := ctl.Run(context.Background())
-			done <- res
-		}()
+		done := run(ctl)
 		ctl.Trigger("test")
 		time.Sleep(5 * time.Second)
 		synctest.Wait()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,46 +17,57 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 )
 
-// rawOrigin is an upstream that answers every request with fixed bytes,
-// allocating nothing, so that a benchmark's allocations are ebb's alone.
-func rawOrigin(tb testing.TB, response []byte) string {
+// tcpOrigin is an upstream speaking raw HTTP/1.1 over TCP: serve is called
+// for each accepted connection, in a goroutine, and the connection is
+// closed when it returns. The origin stops with the test.
+func tcpOrigin(tb testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	done := make(chan struct{})
-	tb.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
+	var wg sync.WaitGroup
+	tb.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
+			wg.Go(func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					// Requests in the benchmark have no body: the header
-					// ends at the first empty line.
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(bytes.TrimSpace(line)) == 0 {
-							break
-						}
-					}
-					if _, err := c.Write(response); err != nil {
-						return
-					}
-				}
-			}()
+				serve(c, bufio.NewReader(c))
+			})
 		}
-	}()
+	})
 	return ln.Addr().String()
+}
+
+// readHeader consumes one request header (the tests' requests have no
+// body, or one the origin ignores), reporting false when the connection
+// ended first.
+func readHeader(br *bufio.Reader) bool {
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return false
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			return true
+		}
+	}
+}
+
+// rawOrigin answers every request with fixed bytes, allocating nothing, so
+// that a benchmark's allocations are ebb's alone.
+func rawOrigin(tb testing.TB, response []byte) string {
+	return tcpOrigin(tb, func(c net.Conn, br *bufio.Reader) {
+		for readHeader(br) {
+			if _, err := c.Write(response); err != nil {
+				return
+			}
+		}
+	})
 }
 
 func benchProxy(tb testing.TB, origin string) *listener {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"testing"
 
@@ -13,34 +12,14 @@ import (
 // and then closes the connection, as an upstream does when its idle timeout
 // fires. Each closed connection is reported on the returned channel.
 func closingOrigin(t *testing.T) (string, <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	closed := make(chan struct{}, 16)
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			for {
-				line, err := br.ReadSlice('\n')
-				if err != nil || len(bytes.TrimSpace(line)) == 0 {
-					break
-				}
-			}
-			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-			c.Close()
-			closed <- struct{}{}
-		}
-	}()
-	return ln.Addr().String(), closed
+	addr := tcpOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		readHeader(br)
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+		c.Close()
+		closed <- struct{}{}
+	})
+	return addr, closed
 }
 
 func serve(l *listener, method string, body []byte) *fasthttp.RequestCtx {
@@ -85,35 +64,14 @@ func TestStaleConnectionCheckedBeforePost(t *testing.T) {
 }
 
 // silentOrigin reads one request per connection and closes it without
-// answering, counting the requests it received.
+// answering, reporting each request it received.
 func silentOrigin(t *testing.T) (string, <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan struct{}, 16)
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			for {
-				line, err := br.ReadSlice('\n')
-				if err != nil || len(bytes.TrimSpace(line)) == 0 {
-					break
-				}
-			}
-			got <- struct{}{}
-			c.Close()
-		}
-	}()
-	return ln.Addr().String(), got
+	addr := tcpOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		readHeader(br)
+		got <- struct{}{}
+	})
+	return addr, got
 }
 
 func TestPostNeverSentTwice(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -83,6 +84,7 @@ func Load(path string, opts Options) (*Config, error) {
 	}}
 	d.decode("", tree, reflect.ValueOf(cfg).Elem())
 	problems = append(problems, d.problems...)
+	resolvePaths(cfg, filepath.Dir(path))
 	// Validate even after decoding problems, so that one run of ebb check
 	// lists everything (a misspelt key also shows as the missing one).
 	for _, p := range cfg.Validate() {
@@ -93,6 +95,16 @@ func Load(path string, opts Options) (*Config, error) {
 		return nil, &Error{Problems: problems}
 	}
 	return cfg, nil
+}
+
+// resolvePaths makes relative file paths in the configuration relative to
+// the directory of the configuration file, not to ebb's working directory.
+func resolvePaths(cfg *Config, dir string) {
+	for i := range cfg.Clusters {
+		if f := cfg.Clusters[i].Discovery.File; f != "" && !filepath.IsAbs(f) {
+			cfg.Clusters[i].Discovery.File = filepath.Join(dir, f)
+		}
+	}
 }
 
 func loadMessage(err error) string {

@@ -193,6 +193,11 @@ clusters:
 			want: []string{"clusters[0].discovery: name exactly one source; found 2"},
 		},
 		{
+			name: "endpoint file in a missing directory",
+			yaml: strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, `discovery: { file: nowhere/eps.yaml }`, 1),
+			want: []string{"clusters[0].discovery.file: the directory of ", "nowhere/eps.yaml does not exist"},
+		},
+		{
 			name: "drain timeout shorter than delay plus spread",
 			yaml: minimal + "drain: { delay: 20s, spread: 10s, timeout: 25s }\n",
 			want: []string{"drain.timeout: 25s leaves no time to drain"},

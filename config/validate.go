@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -153,7 +155,10 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 			v.hostPort(fmt.Sprintf("%s.discovery.static[%d]", key, i), ep)
 		}
 	case d.File != "":
-		v.add(key+".discovery.file", "file discovery is not supported by this version of ebb yet (use static)")
+		// The directory is watched; the file itself may appear later.
+		if st, err := os.Stat(filepath.Dir(d.File)); err != nil || !st.IsDir() {
+			v.add(key+".discovery.file", "the directory of %s does not exist", d.File)
+		}
 	case d.DNS != nil:
 		v.add(key+".discovery.dns", "DNS discovery is not supported by this version of ebb yet (use static)")
 	case d.Kubernetes != nil:

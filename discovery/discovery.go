@@ -3,13 +3,14 @@
 // when it errs. Sources know nothing about proxying: the proxy consumes
 // the sets.
 //
-// This version has the static source; file, DNS and Kubernetes sources
-// follow the same interface.
+// This version has the static and file sources; DNS and Kubernetes
+// sources follow the same interface.
 package discovery
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -40,17 +41,24 @@ func (s Set) Addresses() []string {
 	return out
 }
 
-// Source watches one cluster's endpoints. Run calls update with each new
-// set, from one goroutine, until ctx ends; update must not block for long.
+// Source watches one cluster's endpoints.
 type Source interface {
+	// Load returns the current set once, without watching: the proxy calls
+	// it at start so that the first requests have endpoints.
+	Load() (Set, error)
+	// Run calls update with each new set, from one goroutine, until ctx
+	// ends; update must not block for long. A source that errs keeps its
+	// last good set (it does not call update) and logs why.
 	Run(ctx context.Context, update func(Set)) error
 }
 
 // New returns the source configured for a cluster.
-func New(d config.Discovery) (Source, error) {
+func New(d config.Discovery, log *slog.Logger) (Source, error) {
 	switch {
 	case d.Static != nil:
 		return NewStatic(d.Static), nil
+	case d.File != "":
+		return NewFile(d.File, log), nil
 	}
 	return nil, fmt.Errorf("discovery: no supported source configured")
 }
@@ -69,14 +77,15 @@ func NewStatic(addrs []string) *Static {
 	return &Static{set: Set{Endpoints: eps, Source: "static", Updated: time.Now()}}
 }
 
-// Current returns the set without running the source.
-func (s *Static) Current() Set {
-	return Set{Endpoints: slices.Clone(s.set.Endpoints), Source: s.set.Source, Updated: s.set.Updated}
+// Load returns the set.
+func (s *Static) Load() (Set, error) {
+	return Set{Endpoints: slices.Clone(s.set.Endpoints), Source: s.set.Source, Updated: s.set.Updated}, nil
 }
 
 // Run delivers the set once and waits for ctx to end.
 func (s *Static) Run(ctx context.Context, update func(Set)) error {
-	update(s.Current())
+	set, _ := s.Load()
+	update(set)
 	<-ctx.Done()
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestStatic(t *testing.T) {
-	src, err := New(config.Discovery{Static: []string{"127.0.0.1:1", "127.0.0.1:2"}})
+	src, err := New(config.Discovery{Static: []string{"127.0.0.1:1", "127.0.0.1:2"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,13 +27,13 @@ func TestStatic(t *testing.T) {
 	}
 	// Sets are snapshots: changing one changes nothing else.
 	s.Endpoints[0].Address = "x"
-	if src.(*Static).Current().Endpoints[0].Address != "127.0.0.1:1" {
+	if again, _ := src.Load(); again.Endpoints[0].Address != "127.0.0.1:1" {
 		t.Fatal("a delivered set aliases the source")
 	}
 }
 
 func TestNewWithoutSource(t *testing.T) {
-	if _, err := New(config.Discovery{}); err == nil {
+	if _, err := New(config.Discovery{}, nil); err == nil {
 		t.Fatal("no error for a discovery with no source")
 	}
 }

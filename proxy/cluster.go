@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync/atomic"
@@ -37,15 +38,24 @@ type cluster struct {
 	rr        atomic.Uint64
 	p2c       bool
 	metrics   *clusterMetrics
+	source    discovery.Source // nil if the configuration named none usable
 }
 
-func newCluster(cfg config.Cluster, m *clusterMetrics) *cluster {
+func newCluster(cfg config.Cluster, m *clusterMetrics, log *slog.Logger) *cluster {
 	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m}
 	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
-	if cfg.Discovery.Static != nil {
-		// Known before anything runs: serve from the first request.
-		c.setEndpoints(discovery.NewStatic(cfg.Discovery.Static).Current())
+	src, err := discovery.New(cfg.Discovery, log)
+	if err != nil {
+		log.Error("discovery", "cluster", cfg.Name, "err", err)
+		return c
+	}
+	c.source = src
+	// Load once now, so that the first requests have endpoints.
+	if set, err := src.Load(); err != nil {
+		log.Warn("no endpoints yet", "cluster", cfg.Name, "err", err)
+	} else {
+		c.setEndpoints(set)
 	}
 	return c
 }

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -9,7 +11,7 @@ import (
 
 func testCluster(balancer string, addrs ...string) *cluster {
 	return newCluster(config.Cluster{Name: "c", Balancer: balancer, MaxConnsPerEndpoint: 1,
-		Discovery: config.Discovery{Static: addrs}}, nil)
+		Discovery: config.Discovery{Static: addrs}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 func TestRoundRobin(t *testing.T) {

@@ -20,7 +20,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
 )
 
@@ -74,7 +73,7 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 func (p *Proxy) build(cfg *config.Config) *snapshot {
 	s := &snapshot{clusters: make(map[string]*cluster, len(cfg.Clusters))}
 	for _, c := range cfg.Clusters {
-		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name))
+		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name), p.log)
 	}
 	for _, l := range cfg.Listeners {
 		t := &routeTable{noRoute: p.metrics.forRoute(l.Name, "")}
@@ -127,13 +126,11 @@ func (p *Proxy) MetricsProducer() sdkmetric.Producer { return p.metrics }
 func (p *Proxy) RunDiscovery(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, c := range p.snap.Load().clusters {
-		src, err := discovery.New(c.cfg.Discovery)
-		if err != nil {
-			p.log.Error("discovery", "cluster", c.name, "err", err)
+		if c.source == nil {
 			continue
 		}
 		wg.Go(func() {
-			if err := src.Run(ctx, c.setEndpoints); err != nil {
+			if err := c.source.Run(ctx, c.setEndpoints); err != nil {
 				p.log.Error("discovery stopped", "cluster", c.name, "err", err)
 			}
 		})

@@ -198,6 +198,16 @@ clusters:
 			want: []string{"clusters[0].discovery.file: the directory of ", "nowhere/eps.yaml does not exist"},
 		},
 		{
+			name: "DNS source without a name, with a bad port and server",
+			yaml: strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, `discovery: { dns: { port: 70000, refresh: 0s, server: nowhere } }`, 1),
+			want: []string{
+				"clusters[0].discovery.dns.name: missing",
+				"clusters[0].discovery.dns.port: expected a port from 1 to 65535",
+				"clusters[0].discovery.dns.refresh: expected a duration above zero",
+				"clusters[0].discovery.dns.server: expected host:port",
+			},
+		},
+		{
 			name: "drain timeout shorter than delay plus spread",
 			yaml: minimal + "drain: { delay: 20s, spread: 10s, timeout: 25s }\n",
 			want: []string{"drain.timeout: 25s leaves no time to drain"},

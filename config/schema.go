@@ -130,11 +130,14 @@ type Discovery struct {
 	Kubernetes *KubernetesSrc `key:"kubernetes"`
 }
 
-// DNSSource resolves a name to endpoints.
+// DNSSource resolves a name to endpoints: A/AAAA records with Port, SRV
+// records (hosts and ports) without.
 type DNSSource struct {
 	Name    string        `key:"name"`
 	Port    int           `key:"port"`
 	Refresh time.Duration `key:"refresh"`
+	// Server is the DNS server to ask (host:port); the system's when empty.
+	Server string `key:"server"`
 }
 
 // KubernetesSrc watches the EndpointSlices of a Service.

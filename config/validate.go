@@ -160,7 +160,16 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 			v.add(key+".discovery.file", "the directory of %s does not exist", d.File)
 		}
 	case d.DNS != nil:
-		v.add(key+".discovery.dns", "DNS discovery is not supported by this version of ebb yet (use static)")
+		if d.DNS.Name == "" {
+			v.add(key+".discovery.dns.name", "missing: the name to resolve (with port: A/AAAA records; without: SRV records)")
+		}
+		if d.DNS.Port < 0 || d.DNS.Port > 65535 {
+			v.add(key+".discovery.dns.port", "expected a port from 1 to 65535 (or none, for SRV), got %d", d.DNS.Port)
+		}
+		v.positive(key+".discovery.dns.refresh", d.DNS.Refresh)
+		if d.DNS.Server != "" {
+			v.hostPort(key+".discovery.dns.server", d.DNS.Server)
+		}
 	case d.Kubernetes != nil:
 		v.add(key+".discovery.kubernetes", "Kubernetes discovery is not supported by this version of ebb yet (use static)")
 	}

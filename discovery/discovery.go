@@ -3,8 +3,8 @@
 // when it errs. Sources know nothing about proxying: the proxy consumes
 // the sets.
 //
-// This version has the static and file sources; DNS and Kubernetes
-// sources follow the same interface.
+// This version has the static, file and DNS sources; a Kubernetes source
+// follows the same interface.
 package discovery
 
 import (
@@ -59,6 +59,8 @@ func New(d config.Discovery, log *slog.Logger) (Source, error) {
 		return NewStatic(d.Static), nil
 	case d.File != "":
 		return NewFile(d.File, log), nil
+	case d.DNS != nil:
+		return NewDNS(d.DNS.Name, d.DNS.Port, d.DNS.Refresh, d.DNS.Server, log), nil
 	}
 	return nil, fmt.Errorf("discovery: no supported source configured")
 }

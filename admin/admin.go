@@ -1,5 +1,6 @@
 // Package admin is ebb's admin HTTP server: liveness and readiness for
-// orchestrators, Prometheus metrics, and the effective configuration. It
+// orchestrators, Prometheus metrics, the effective configuration and the
+// endpoints of every cluster. It
 // listens on loopback by default because it can reveal and, later, change
 // the proxy's state.
 package admin
@@ -30,7 +31,9 @@ type Options struct {
 	Metrics   http.Handler
 	// Config returns the effective configuration, secrets redacted.
 	Config func() any
-	Log    *slog.Logger
+	// Endpoints returns the endpoints of every cluster (nil: no /endpoints).
+	Endpoints func() any
+	Log       *slog.Logger
 }
 
 // Server is the admin server.
@@ -68,12 +71,10 @@ func Start(o Options) (*Server, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(o.Config())
-	})
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, o.Config()) })
+	if o.Endpoints != nil {
+		mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, o.Endpoints()) })
+	}
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
@@ -90,6 +91,13 @@ func Start(o Options) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }
 
 // Addr returns the bound address.

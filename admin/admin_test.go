@@ -39,8 +39,9 @@ func TestEndpoints(t *testing.T) {
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			io.WriteString(w, "ebb_up 1\n")
 		}),
-		Config: func() any { return map[string]any{"admin": map[string]any{"address": "x"}} },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config:    func() any { return map[string]any{"admin": map[string]any{"address": "x"}} },
+		Endpoints: func() any { return []string{"app"} },
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func TestEndpoints(t *testing.T) {
 		{"/ready", 200, "ready\n"},
 		{"/metrics", 200, "ebb_up 1\n"},
 		{"/config", 200, "\"address\": \"x\""},
+		{"/endpoints", 200, "\"app\""},
 		{"/nope", 404, ""},
 	}
 	for _, tt := range tests {

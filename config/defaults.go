@@ -8,6 +8,7 @@ const (
 	DefaultMaxHeaderBytes      = 32 << 10
 	DefaultHeaderTimeout       = 10 * time.Second
 	DefaultIdleTimeout         = 120 * time.Second
+	DefaultWriteTimeout        = 30 * time.Second
 	DefaultConnectTimeout      = 2 * time.Second
 	DefaultResponseTimeout     = 30 * time.Second
 	DefaultUpstreamIdleTimeout = 30 * time.Second
@@ -40,7 +41,7 @@ func Default() *Config {
 func (l *Listener) setDefaults() {
 	l.Role = RoleInbound
 	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
-	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout}
+	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 }
 
 func (c *Cluster) setDefaults() {

@@ -77,8 +77,12 @@ func Load(path string, opts Options) (*Config, error) {
 	cfg := Default()
 	cfg.Source = path
 	d := decoder{source: func(key string) string {
-		if s, ok := sources[key]; ok {
-			return s
+		// The nearest key set by the environment or a flag, if any:
+		// EBB_CLUSTERS__0__DISCOVERY__STATIC sets static[0] too.
+		for k := key; k != ""; k = parentKey(k) {
+			if s, ok := sources[k]; ok {
+				return s
+			}
 		}
 		return path
 	}}
@@ -182,6 +186,16 @@ func override(tree *map[string]any, key, val string) error {
 	}
 	*tree = n.(map[string]any)
 	return nil
+}
+
+// parentKey returns the key one level up: listeners[0].address ->
+// listeners[0] -> listeners -> "".
+func parentKey(k string) string {
+	i := strings.LastIndexAny(k, ".[")
+	if i < 0 {
+		return ""
+	}
+	return k[:i]
 }
 
 // displayKey turns "listeners.0.address" into "listeners[0].address", the

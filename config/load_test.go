@@ -48,6 +48,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"max_body_bytes", l.Limits.MaxBodyBytes, Size(0)},
 		{"timeouts.header", l.Timeouts.Header, 10 * time.Second},
 		{"timeouts.idle", l.Timeouts.Idle, 120 * time.Second},
+		{"timeouts.write", l.Timeouts.Write, 30 * time.Second},
 		{"protocol", c.Protocol, ProtocolHTTP1},
 		{"balancer", c.Balancer, BalancerP2C},
 		{"connect", c.Timeouts.Connect, 2 * time.Second},
@@ -184,8 +185,24 @@ clusters:
 			want: []string{
 				"clusters[1].name: the name \"app\" is used twice",
 				"listeners[1].name: the name \"public\" is used twice",
-				"listeners[1].address: 127.0.0.1:8080 is already the address of listener \"public\"",
+				"listeners[1].address: 127.0.0.1:8080 overlaps 127.0.0.1:8080, the address of listener \"public\"",
 			},
+		},
+		{
+			name: "wildcard address overlaps, route host with port, endpoint listed twice",
+			yaml: strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, `static: ["127.0.0.1:9000", "127.0.0.1:9000"]`, 1),
+			sets: []string{"listeners.1.name=all", "listeners.1.address=0.0.0.0:8080", "listeners.1.routes=[{cluster: app, match: {host: 'a.example.com:8080'}}]"},
+			want: []string{
+				"listeners[1].address: 0.0.0.0:8080 overlaps 127.0.0.1:8080",
+				"listeners[1].routes[0].match.host: expected a host name without port",
+				"clusters[0].discovery.static[1]: 127.0.0.1:9000 is listed twice",
+			},
+		},
+		{
+			name: "list element set from the environment names the variable",
+			yaml: minimal,
+			env:  []string{"EBB_CLUSTERS__0__DISCOVERY__STATIC=origin"},
+			want: []string{"environment EBB_CLUSTERS__0__DISCOVERY__STATIC: clusters[0].discovery.static[0]: expected host:port"},
 		},
 		{
 			name: "two discovery sources",

@@ -71,6 +71,9 @@ type ListenerTimeouts struct {
 	Header time.Duration `key:"header"`
 	// Idle is how long a keep-alive connection may wait for its next request.
 	Idle time.Duration `key:"idle"`
+	// Write is the longest one write to the client may block (a client
+	// that stops reading); the connection is then closed.
+	Write time.Duration `key:"write"`
 }
 
 // ForwardingHeaders says how X-Forwarded-* headers are treated.
@@ -152,8 +155,8 @@ type KubernetesSrc struct {
 type ClusterTimeouts struct {
 	// Connect bounds establishing a TCP connection to an endpoint.
 	Connect time.Duration `key:"connect"`
-	// Response bounds the wait for the response headers, and then for each
-	// read of the response body.
+	// Response bounds the wait for the response headers, then each read of
+	// the response body, and each write of the request.
 	Response time.Duration `key:"response"`
 	// Idle is how long a pooled upstream connection is kept unused. Keep it
 	// below the upstream's own keep-alive timeout.

@@ -27,15 +27,19 @@ func (c *Config) Validate() []Problem {
 	if len(c.Listeners) == 0 {
 		v.add("listeners", "at least one listener is needed")
 	}
-	names, addrs := map[string]bool{}, map[string]string{}
+	names := map[string]bool{}
+	var bound []Listener // listeners with a valid, fixed address
 	for i, l := range c.Listeners {
 		key := fmt.Sprintf("listeners[%d]", i)
 		v.name(key+".name", l.Name, names)
 		if v.hostPort(key+".address", l.Address) && !strings.HasSuffix(l.Address, ":0") {
-			if other, dup := addrs[l.Address]; dup {
-				v.add(key+".address", "%s is already the address of listener %q", l.Address, other)
+			for _, other := range bound {
+				if addressesOverlap(l.Address, other.Address) {
+					v.add(key+".address", "%s overlaps %s, the address of listener %q", l.Address, other.Address, other.Name)
+					break
+				}
 			}
-			addrs[l.Address] = l.Name
+			bound = append(bound, l)
 		}
 		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
 		if l.TLS != nil {
@@ -46,6 +50,7 @@ func (c *Config) Validate() []Problem {
 		}
 		v.positive(key+".timeouts.header", l.Timeouts.Header)
 		v.positive(key+".timeouts.idle", l.Timeouts.Idle)
+		v.positive(key+".timeouts.write", l.Timeouts.Write)
 		if len(l.Routes) == 0 {
 			v.add(key+".routes", "at least one route is needed")
 		}
@@ -60,8 +65,8 @@ func (c *Config) Validate() []Problem {
 			if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
 				v.add(rk+".match.path_prefix", "expected a path starting with /, got %q", p)
 			}
-			if h := r.Match.Host; strings.ContainsAny(h, " /\t") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
-				v.add(rk+".match.host", "expected a host name such as api.example.com or *.example.com, got %q", h)
+			if h := r.Match.Host; strings.ContainsAny(h, " /\t:") || strings.HasSuffix(h, ".") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
+				v.add(rk+".match.host", "expected a host name without port or trailing dot, such as api.example.com or *.example.com, got %q", h)
 			}
 		}
 	}
@@ -69,6 +74,19 @@ func (c *Config) Validate() []Problem {
 	v.oneOf("telemetry.log.format", c.Telemetry.Log.Format, "json", "text")
 	v.oneOf("telemetry.log.level", c.Telemetry.Log.Level, "debug", "info", "warn", "error")
 	return v.problems
+}
+
+// addressesOverlap reports whether two listening addresses would conflict:
+// the same port on the same host, or on a wildcard host (0.0.0.0, ::, or
+// empty), which binds every address.
+func addressesOverlap(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
 }
 
 type validator struct {
@@ -151,8 +169,13 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 		if len(d.Static) == 0 {
 			v.add(key+".discovery.static", "expected at least one host:port")
 		}
+		seen := map[string]bool{}
 		for i, ep := range d.Static {
-			v.hostPort(fmt.Sprintf("%s.discovery.static[%d]", key, i), ep)
+			k := fmt.Sprintf("%s.discovery.static[%d]", key, i)
+			if v.hostPort(k, ep) && seen[ep] {
+				v.add(k, "%s is listed twice", ep)
+			}
+			seen[ep] = true
 		}
 	case d.File != "":
 		// The directory is watched; the file itself may appear later.

@@ -25,8 +25,8 @@ const filePoll = 10 * time.Second
 // The file holds a list of endpoints, each "host:port" or a mapping with an
 // address:
 //
-//	- 10.0.0.1:8080
-//	- address: 10.0.0.2:8080
+//   - 10.0.0.1:8080
+//   - address: 10.0.0.2:8080
 //
 // The directory is watched rather than the file, so that editors' atomic
 // renames and Kubernetes ConfigMap updates (which swap a "..data" symlink)

@@ -7,17 +7,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
 // watch runs a file source and returns its updates. The source stops with
 // the test.
-func watch(t *testing.T, path string) (<-chan Set, *syncLog) {
+func watch(t *testing.T, path string) (<-chan Set, *chanLog) {
 	t.Helper()
-	logs := &syncLog{}
-	src := NewFile(path, slog.New(slog.NewTextHandler(logs, nil)))
+	logs := &chanLog{msgs: make(chan string, 64)}
+	src := NewFile(path, slog.New(logs))
 	ctx, cancel := context.WithCancel(context.Background())
 	sets := make(chan Set, 16)
 	done := make(chan error)
@@ -114,18 +113,27 @@ func TestFileSourceKeepsLastGoodSet(t *testing.T) {
 	write(t, path, "- 10.0.0.1:80\n")
 	sets, logs := watch(t, path)
 	next(t, sets)
-	write(t, path, "- 10.0.0.1:80\n- not an address\n")
-	write(t, path, "- {address: 10.0.0.9:80, weight: 3}\n")
-	os.Remove(path)
-	// None of those produced a set; a good file does.
+	// Each broken version is logged and delivers nothing; the test waits
+	// for each warning before making the next change.
+	for _, step := range []struct {
+		change func()
+		warns  string
+	}{
+		{func() { write(t, path, "- 10.0.0.1:80\n- not an address\n") }, "endpoint file invalid; keeping the last good set"},
+		{func() { write(t, path, "- {address: 10.0.0.9:80, weight: 3}\n") }, "endpoint file invalid; keeping the last good set"},
+		{func() { os.Remove(path) }, "endpoint file unreadable; keeping the last good set"},
+	} {
+		step.change()
+		logs.await(t, step.warns)
+		select {
+		case s := <-sets:
+			t.Fatalf("a broken file delivered %v", s.Addresses())
+		default:
+		}
+	}
 	write(t, path, "- 10.0.0.5:80\n")
 	if got := next(t, sets); !slices.Equal(got, []string{"10.0.0.5:80"}) {
 		t.Fatalf("after broken versions %v", got)
-	}
-	for _, want := range []string{"endpoint file invalid; keeping the last good set"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs.String())
-		}
 	}
 }
 
@@ -160,21 +168,33 @@ func TestParseEndpoints(t *testing.T) {
 	}
 }
 
-// syncLog is a log buffer written by the source's goroutine and read by
-// the test.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// chanLog is a slog handler that hands each message to the test.
+type chanLog struct{ msgs chan string }
 
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func (c *chanLog) Enabled(context.Context, slog.Level) bool { return true }
+func (c *chanLog) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case c.msgs <- r.Message:
+	default: // the test is not listening for this one
+	}
+	return nil
 }
+func (c *chanLog) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *chanLog) WithGroup(string) slog.Handler      { return c }
 
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// await waits for a message; the timeout only bounds a broken source.
+func (c *chanLog) await(t *testing.T, msg string) {
+	t.Helper()
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case m := <-c.msgs:
+			if m == msg {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("no log %q", msg)
+		}
+	}
 }

@@ -76,6 +76,9 @@ type Conn struct {
 	// Scratch is a per-connection buffer for building header values without
 	// allocating on every request.
 	Scratch []byte
+	// WriteTimeout, when set before the connection is served, bounds each
+	// write: a peer that stops reading cannot hold the connection forever.
+	WriteTimeout time.Duration
 
 	reg       *Registry
 	proto     atomic.Int32
@@ -132,9 +135,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// Write writes to the connection.
+// Write writes to the connection, within WriteTimeout if set.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wrote.Store(true)
+	if c.WriteTimeout > 0 {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.WriteTimeout)); err != nil {
+			return 0, err
+		}
+	}
 	return c.Conn.Write(p)
 }
 

@@ -39,6 +39,9 @@ type cluster struct {
 	p2c       bool
 	metrics   *clusterMetrics
 	source    discovery.Source // nil if the configuration named none usable
+	// lastSet is the set last applied, for /endpoints. Written by the one
+	// goroutine that updates the cluster.
+	lastSet atomic.Pointer[discovery.Set]
 }
 
 func newCluster(cfg config.Cluster, m *clusterMetrics, log *slog.Logger) *cluster {
@@ -80,6 +83,7 @@ func (c *cluster) setEndpoints(set discovery.Set) {
 		next = append(next, c.newEndpoint(e.Address))
 	}
 	c.endpoints.Store(&next)
+	c.lastSet.Store(&set)
 	for _, gone := range byAddr {
 		gone.rt.close()
 	}
@@ -118,7 +122,7 @@ func (c *cluster) dial(ep *endpoint) (*upConn, error) {
 		return nil, err
 	}
 	c.metrics.connects.Add(context.Background(), 1, c.metrics.attrs...)
-	return &upConn{Conn: nc}, nil
+	return &upConn{Conn: nc, writeTimeout: c.cfg.Timeouts.Response}, nil
 }
 
 // pick chooses the endpoint for one request, or nil when there is none.

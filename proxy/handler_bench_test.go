@@ -78,7 +78,7 @@ func benchProxy(tb testing.TB, origin string) *listener {
 	c := config.Cluster{Name: "origin", Discovery: config.Discovery{Static: []string{origin}}}
 	// Apply the element defaults the loader would.
 	l.Limits.MaxHeaderBytes = config.DefaultMaxHeaderBytes
-	l.Timeouts = config.ListenerTimeouts{Header: time.Second, Idle: time.Minute}
+	l.Timeouts = config.ListenerTimeouts{Header: time.Second, Idle: time.Minute, Write: time.Minute}
 	c.Balancer = config.BalancerP2C
 	c.MaxConnsPerEndpoint = 16
 	c.Timeouts = config.ClusterTimeouts{Connect: time.Second, Response: 5 * time.Second, Idle: time.Minute}

@@ -51,6 +51,13 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	}
 
 	t := l.p.snap.Load().tables[l.idx]
+	if len(req.Header.Host()) == 0 && req.Header.IsHTTP11() {
+		// RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400.
+		localReply(ctx, fasthttp.StatusBadRequest, "ebb: missing Host header\n")
+		t.noRoute.record(proto, fasthttp.StatusBadRequest, start)
+		l.accessLog(ctx, conn, "", fasthttp.StatusBadRequest, start)
+		return
+	}
 	r := t.match(uri.Host(), uri.PathOriginal())
 	if r == nil {
 		localReply(ctx, fasthttp.StatusNotFound, "ebb: no route for this request\n")
@@ -77,17 +84,18 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	}
 	var body *reqBody
 	if rs := req.BodyStream(); rs != nil && cl != 0 {
-		body = acquireReqBody(rs, conn, limit, cl < 0 || cl > prefetchedBody, l.cfg.Timeouts.Header)
+		body = acquireReqBody(rs, conn, limit, int64(cl), l.cfg.Timeouts.Header)
 		req.SetBodyStream(body, cl)
 	}
 
 	l.prepareRequest(req, conn)
 	status := l.forward(ctx, r, body)
 	if body != nil {
-		if !body.eof && conn != nil {
+		if !body.complete() && conn != nil {
 			// Answered before the whole body arrived (an upstream's early
-			// answer): the client may still be sending when the engine
-			// closes the connection.
+			// answer): close the connection, gracefully, since the client
+			// may still be sending.
+			ctx.Response.SetConnectionClose()
 			conn.LingerOnClose()
 		}
 		releaseReqBody(body)
@@ -132,6 +140,13 @@ func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
 	// The client's Connection: close is about its own connection; the
 	// upstream connection stays pooled.
 	req.Header.ResetConnectionClose()
+	// fasthttp would add a Content-Type the client did not send.
+	req.Header.SetNoDefaultContentType(true)
+	if !l.cfg.Headers.TrustForwarded {
+		// RFC 7239's Forwarded carries the same claims as X-Forwarded-*;
+		// from an untrusted client it is dropped, not passed on.
+		req.Header.DelBytes(hdrForwarded)
+	}
 	if !req.Header.IsHTTP11() {
 		req.Header.SetProtocolBytes(http11)
 	}
@@ -147,6 +162,10 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 	if ep == nil {
 		localReply(ctx, fasthttp.StatusServiceUnavailable, "ebb: no upstream endpoint available\n")
 		return fasthttp.StatusServiceUnavailable
+	}
+	if len(ctx.Request.Header.Host()) == 0 {
+		// HTTP/1.0 without Host: name the endpoint, as HTTP/1.1 requires.
+		ctx.Request.Header.SetHost(ep.addr)
 	}
 	ep.inflight.Add(1)
 	resp := &ctx.Response
@@ -213,6 +232,7 @@ type reqBody struct {
 	r        io.Reader
 	conn     *drain.Conn
 	limit    int64 // 0: none
+	size     int64 // Content-Length, or -1 (chunked)
 	n        int64
 	deadline bool // the body is still on the socket: time each read
 	timeout  time.Duration
@@ -222,10 +242,16 @@ type reqBody struct {
 
 var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
 
-func acquireReqBody(r io.Reader, conn *drain.Conn, limit int64, onSocket bool, timeout time.Duration) *reqBody {
+func acquireReqBody(r io.Reader, conn *drain.Conn, limit, size int64, timeout time.Duration) *reqBody {
 	b := reqBodyPool.Get().(*reqBody)
-	*b = reqBody{r: r, conn: conn, limit: limit, deadline: onSocket && conn != nil, timeout: timeout}
+	onSocket := size < 0 || size > prefetchedBody
+	*b = reqBody{r: r, conn: conn, limit: limit, size: size, deadline: onSocket && conn != nil, timeout: timeout}
 	return b
+}
+
+// complete reports whether the whole body has been read.
+func (b *reqBody) complete() bool {
+	return b.eof || (b.size >= 0 && b.n >= b.size)
 }
 
 func releaseReqBody(b *reqBody) {

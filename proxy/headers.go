@@ -19,6 +19,7 @@ var (
 	hdrXForwardedHost  = []byte(headerXForwardedHost)
 	hdrConnection      = []byte("Connection")
 	hdrExpect          = []byte("Expect")
+	hdrForwarded       = []byte("Forwarded")
 	protoHTTP          = []byte("http")
 	protoHTTPS         = []byte("https")
 	http11             = []byte("HTTP/1.1")

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebb-proxy/ebb/drain"
@@ -21,6 +22,7 @@ type acceptLoop struct {
 	dispatch func(*drain.Conn)
 
 	stopOnce sync.Once
+	started  atomic.Bool   // run has begun
 	quit     chan struct{} // closed by stop, ends a backoff wait
 	done     chan struct{} // closed when run returns
 }
@@ -33,6 +35,7 @@ func newAcceptLoop(ln net.Listener, name string, reg *drain.Registry, dispatch f
 // out of file descriptors) are retried with a capped backoff, as net/http
 // does, instead of ending the loop.
 func (a *acceptLoop) run() {
+	a.started.Store(true)
 	defer close(a.done)
 	var backoff time.Duration
 	for {
@@ -64,14 +67,17 @@ func (a *acceptLoop) run() {
 	}
 }
 
-// stop closes the socket; run returns once the loop has seen it.
+// stop closes the socket and, if run has begun, waits for it to return.
+// (A run that begins later returns at once; its owner waits for it.)
 func (a *acceptLoop) stop() error {
 	var err error
 	a.stopOnce.Do(func() {
 		close(a.quit)
 		err = a.ln.Close()
 	})
-	<-a.done
+	if a.started.Load() {
+		<-a.done
+	}
 	return err
 }
 

@@ -124,6 +124,7 @@ func (l *listener) bind() error {
 	l.chl = newChanListener(ln.Addr())
 	l.loop = newAcceptLoop(ln, l.cfg.Name, l.p.reg, func(c *drain.Conn) {
 		c.SetProtocol(drain.ProtoHTTP1)
+		c.WriteTimeout = l.cfg.Timeouts.Write
 		l.chl.deliver(c)
 	})
 	return nil
@@ -154,7 +155,11 @@ func (l *listener) shutdown(ctx context.Context) error {
 	if l.chl == nil {
 		return nil
 	}
-	return l.srv.ShutdownWithContext(ctx)
+	err := l.srv.ShutdownWithContext(ctx)
+	// If Serve had not begun, fasthttp had no listener to close: closing it
+	// here makes a late Serve return at once.
+	l.chl.Close()
+	return err
 }
 
 func (l *listener) close() {

@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -120,6 +123,38 @@ func (p *Proxy) Start() error {
 // MetricsProducer returns the producer of the per-request metrics, to be
 // added to the telemetry pipeline (see telemetry.Telemetry.AddProducer).
 func (p *Proxy) MetricsProducer() sdkmetric.Producer { return p.metrics }
+
+// ClusterState is what /endpoints shows of one cluster.
+type ClusterState struct {
+	Cluster   string          `json:"cluster"`
+	Source    string          `json:"source"`
+	Updated   time.Time       `json:"updated,omitzero"`
+	Endpoints []EndpointState `json:"endpoints"`
+}
+
+// EndpointState is what /endpoints shows of one endpoint.
+type EndpointState struct {
+	Address  string `json:"address"`
+	InFlight int64  `json:"in_flight"`
+}
+
+// Endpoints reports every cluster's current endpoints, by cluster name.
+func (p *Proxy) Endpoints() []ClusterState {
+	clusters := p.snap.Load().clusters
+	out := make([]ClusterState, 0, len(clusters))
+	for _, c := range clusters {
+		st := ClusterState{Cluster: c.name, Endpoints: []EndpointState{}}
+		if set := c.lastSet.Load(); set != nil {
+			st.Source, st.Updated = set.Source, set.Updated
+		}
+		for _, ep := range *c.endpoints.Load() {
+			st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr, InFlight: ep.inflight.Load()})
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ClusterState) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return out
+}
 
 // RunDiscovery runs every cluster's endpoint source, feeding updates into
 // the clusters, until ctx ends. It returns once every source has stopped.

@@ -63,8 +63,9 @@ func (e *upstreamError) Unwrap() error { return e.err }
 // upConn is an upstream connection with what ebb needs to know about it.
 type upConn struct {
 	net.Conn
-	used  bool        // it has carried a complete exchange
-	wrote atomic.Bool // the last operation was a write
+	used         bool          // it has carried a complete exchange
+	wrote        atomic.Bool   // the last operation was a write
+	writeTimeout time.Duration // bounds each write: a stalled upstream is let go
 }
 
 // Read yields the processor once before the first read after a write: the
@@ -81,6 +82,11 @@ func (c *upConn) Read(p []byte) (int, error) {
 
 func (c *upConn) Write(p []byte) (int, error) {
 	c.wrote.Store(true)
+	if c.writeTimeout > 0 {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+			return 0, err
+		}
+	}
 	return c.Conn.Write(p)
 }
 
@@ -147,12 +153,15 @@ const maxStaleAttempts = 4
 // idempotent and it has no streamed body (RFC 9110 §9.2.2). Other retries
 // are a policy decision made above the transport.
 func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error {
+	// Decided before the first attempt: writing a streamed body consumes
+	// it and takes it off the request.
+	resendable := req.BodyStream() == nil && isIdempotent(req)
 	for attempt := 1; ; attempt++ {
-		streamed, stale, err := t.exchange(req, resp)
+		streamed, stale, err := t.exchange(req, resp, resendable)
 		if streamed {
 			return nil // the stream finishes the exchange when closed
 		}
-		if stale && attempt < maxStaleAttempts && req.BodyStream() == nil && isIdempotent(req) {
+		if stale && resendable && attempt < maxStaleAttempts {
 			resp.Reset()
 			continue
 		}
@@ -163,8 +172,9 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 
 // exchange is one attempt of roundTrip on one connection. streamed reports
 // that resp now streams the body from the connection; stale that a reused
-// connection failed before any response byte arrived.
-func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) (streamed, stale bool, err error) {
+// connection failed before any response byte arrived. resendable says
+// whether the request may be sent again.
+func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response, resendable bool) (streamed, stale bool, err error) {
 	var (
 		cc     C
 		conn   net.Conn
@@ -175,7 +185,6 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) 
 	// connection that is still open as far as the socket knows.
 	// The loop ends: each dead connection leaves the pool, and once the
 	// pool is empty acquire dials a new one.
-	resendable := req.BodyStream() == nil && isIdempotent(req)
 	for {
 		if cc, err = t.acquire(0, false); err != nil {
 			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
@@ -220,6 +229,8 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) 
 	if nothing, err := readResponseHeader(resp, br); err != nil {
 		t.hc.ReleaseReader(br)
 		switch {
+		case writeErr != nil && isTimeout(writeErr):
+			return fail(errTimeout, writeErr) // the upstream stopped reading
 		case writeErr != nil:
 			_, _, err = fail(errBroken, writeErr)
 			return false, reused, err
@@ -229,14 +240,20 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response) 
 		_, _, err = fail(errBroken, err)
 		return false, reused && nothing, err
 	}
+	// The client gets an HTTP/1.1 response whatever the upstream's version:
+	// the framing ebb writes is HTTP/1.1's.
+	if !resp.Header.IsHTTP11() {
+		resp.Header.SetProtocol(http11)
+	}
 	status := resp.StatusCode()
 	cl := resp.Header.ContentLength()
+	noBody := req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
 	// A body delimited by the connection's close (no length, not chunked)
 	// leaves nothing to reuse.
-	keepAlive := writeErr == nil && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && cl != -2
+	keepAlive := writeErr == nil && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
 
 	switch {
-	case req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
+	case noBody:
 		resp.SkipBody = true
 	case cl >= 0 && cl <= maxBufferedBody:
 		// Small body: read it whole and free the connection now.

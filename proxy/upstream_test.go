@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -99,5 +102,106 @@ func TestPostNeverSentTwice(t *testing.T) {
 	case <-got:
 		t.Fatal("the GET on a fresh connection was retried")
 	default:
+	}
+}
+
+// recordingOrigin answers each request with response and reports the raw
+// request header it received, and each new connection.
+func recordingOrigin(t *testing.T, response string) (addr string, heads <-chan string, conns <-chan struct{}) {
+	h, c := make(chan string, 16), make(chan struct{}, 16)
+	addr = tcpOrigin(t, func(conn net.Conn, br *bufio.Reader) {
+		c <- struct{}{}
+		for {
+			var head strings.Builder
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				head.WriteString(line)
+				if line == "\r\n" {
+					break
+				}
+			}
+			if n := contentLength(head.String()); n > 0 {
+				io.CopyN(io.Discard, br, int64(n))
+			}
+			h <- head.String()
+			if _, err := io.WriteString(conn, response); err != nil {
+				return
+			}
+		}
+	})
+	return addr, h, c
+}
+
+func contentLength(head string) int {
+	for line := range strings.SplitSeq(head, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "Content-Length") {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+func TestHTTP10UpstreamAnsweredAsHTTP11(t *testing.T) {
+	origin, _, _ := recordingOrigin(t, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	l := benchProxy(t, origin)
+	ctx := serve(l, "GET", nil)
+	if ctx.Response.StatusCode() != 200 || !strings.HasPrefix(ctx.Response.String(), "HTTP/1.1 200") || string(ctx.Response.Body()) != "ok" {
+		t.Fatalf("got %s", ctx.Response.String())
+	}
+}
+
+func TestNoBodyResponsesKeepTheConnection(t *testing.T) {
+	origin, _, conns := recordingOrigin(t, "HTTP/1.1 204 No Content\r\n\r\n")
+	l := benchProxy(t, origin)
+	for range 5 {
+		if ctx := serve(l, "OPTIONS", nil); ctx.Response.StatusCode() != 204 {
+			t.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+	<-conns
+	select {
+	case <-conns:
+		t.Fatal("a 204 without Content-Length retired its upstream connection")
+	default:
+	}
+}
+
+func TestRequestHeadersNotInvented(t *testing.T) {
+	origin, heads, _ := recordingOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	l := benchProxy(t, origin)
+	var ctx fasthttp.RequestCtx
+	ctx.Init2(nil, nil, false)
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.SetRequestURI("/")
+	ctx.Request.Header.SetHost("example.com")
+	ctx.Request.Header.Set("Forwarded", "for=6.6.6.6")
+	ctx.Request.SetBody([]byte("x"))
+	l.handle(&ctx)
+	head := <-heads
+	for _, bad := range []string{"Content-Type", "Forwarded", "User-Agent"} {
+		if strings.Contains(head, bad+":") {
+			t.Errorf("the upstream got a %s header:\n%s", bad, head)
+		}
+	}
+}
+
+func TestHTTP10WithoutHost(t *testing.T) {
+	origin, heads, _ := recordingOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	l := benchProxy(t, origin)
+	var ctx fasthttp.RequestCtx
+	ctx.Init2(nil, nil, false)
+	ctx.Request.Header.SetMethod("GET")
+	ctx.Request.Header.SetRequestURI("/")
+	ctx.Request.Header.SetProtocol("HTTP/1.0")
+	l.handle(&ctx)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("status %d", ctx.Response.StatusCode())
+	}
+	if head := <-heads; !strings.Contains(head, "Host: "+origin) {
+		t.Fatalf("upstream request without the endpoint as Host:\n%s", head)
 	}
 }

@@ -61,6 +61,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),
 		Config:    func() any { return cfg.Map() },
+		Endpoints: func() any { return px.Endpoints() },
 		Log:       log,
 	})
 	if err != nil {
@@ -91,17 +92,24 @@ func cmdRun(args []string, stderr io.Writer) int {
 	var wg sync.WaitGroup
 	wg.Go(func() { px.RunDiscovery(watchCtx) })
 	wg.Go(func() {
+		// Signals are counted here, not inferred from the drain's state: a
+		// drain started by the application's exit or the admin API does
+		// not make the first signal a second one.
+		signals := 0
 		for {
 			select {
 			case s := <-sigs:
-				child.signal(s)
+				signals++
 				name := signalName(s)
-				if ok, _ := ctl.Triggered(); ok {
+				if signals == 1 {
+					ctl.Trigger("signal " + name)
+				} else {
 					log.Warn("second signal: closing now", "signal", name)
 					ctl.Force("signal " + name)
-					continue
 				}
-				ctl.Trigger("signal " + name)
+				// The child receives what ebb receives, once ebb has
+				// acted on it (so its exit cannot look like the cause).
+				child.signal(s)
 			case <-watchCtx.Done():
 				return
 			}

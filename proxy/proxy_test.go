@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+func testConfig(addrs ...string) *config.Config {
+	cfg := config.Default()
+	for i, a := range addrs {
+		cfg.Listeners = append(cfg.Listeners, config.Listener{
+			Name: "l" + string(rune('0'+i)), Address: a,
+			Limits:   config.Limits{MaxHeaderBytes: config.DefaultMaxHeaderBytes},
+			Timeouts: config.ListenerTimeouts{Header: time.Second, Idle: time.Second, Write: time.Second},
+			Routes:   []config.Route{{Cluster: "c"}},
+		})
+	}
+	cfg.Clusters = []config.Cluster{{Name: "c", MaxConnsPerEndpoint: 1,
+		Discovery: config.Discovery{Static: []string{"127.0.0.1:1"}},
+		Timeouts:  config.ClusterTimeouts{Connect: time.Second, Response: time.Second, Idle: time.Second}}}
+	return cfg
+}
+
+func newTestProxy(t *testing.T, cfg *config.Config) *Proxy {
+	t.Helper()
+	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("t"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A listener that cannot bind fails Start with its name, and the ones
+// already bound are released; nothing hangs.
+func TestStartFailsCleanly(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	p := newTestProxy(t, testConfig("127.0.0.1:0", busy.Addr().String()))
+	err = p.Start()
+	if err == nil || !strings.Contains(err.Error(), `listener "l1"`) {
+		t.Fatalf("Start = %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Shutdown right after Start (before the engines run) returns.
+func TestShutdownRightAfterStart(t *testing.T) {
+	p := newTestProxy(t, testConfig("127.0.0.1:0", "127.0.0.1:0"))
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != ErrClosed {
+		t.Fatalf("Start after Shutdown = %v, want ErrClosed", err)
+	}
+}

@@ -33,11 +33,9 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	resp := &ctx.Response
 
+	t := l.p.snap.Load().tables[l.idx]
 	if req.Header.IsConnect() {
-		t := l.p.snap.Load().tables[l.idx]
-		localReply(ctx, fasthttp.StatusMethodNotAllowed, "ebb: CONNECT is not supported\n")
-		t.noRoute.record(proto, fasthttp.StatusMethodNotAllowed, start)
-		l.accessLog(ctx, conn, "", fasthttp.StatusMethodNotAllowed, start)
+		l.reject(ctx, conn, t.noRoute, "", fasthttp.StatusMethodNotAllowed, "ebb: CONNECT is not supported\n", start)
 		return
 	}
 	uri := req.URI()
@@ -50,19 +48,14 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		req.Header.SetHostBytes(uri.Host())
 	}
 
-	t := l.p.snap.Load().tables[l.idx]
 	if len(req.Header.Host()) == 0 && req.Header.IsHTTP11() {
 		// RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400.
-		localReply(ctx, fasthttp.StatusBadRequest, "ebb: missing Host header\n")
-		t.noRoute.record(proto, fasthttp.StatusBadRequest, start)
-		l.accessLog(ctx, conn, "", fasthttp.StatusBadRequest, start)
+		l.reject(ctx, conn, t.noRoute, "", fasthttp.StatusBadRequest, "ebb: missing Host header\n", start)
 		return
 	}
 	r := t.match(uri.Host(), uri.PathOriginal())
 	if r == nil {
-		localReply(ctx, fasthttp.StatusNotFound, "ebb: no route for this request\n")
-		t.noRoute.record(proto, fasthttp.StatusNotFound, start)
-		l.accessLog(ctx, conn, "", fasthttp.StatusNotFound, start)
+		l.reject(ctx, conn, t.noRoute, "", fasthttp.StatusNotFound, "ebb: no route for this request\n", start)
 		return
 	}
 	if req.Header.ConnectionUpgrade() && isWebSocket(req.Header.Peek("Upgrade")) {
@@ -75,11 +68,9 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	cl := req.Header.ContentLength()
 	limit := int64(l.cfg.Limits.MaxBodyBytes)
 	if limit > 0 && int64(cl) > limit {
-		localReply(ctx, fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge)
+		l.reject(ctx, conn, r.metrics, r.cluster.name, fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge, start)
 		resp.SetConnectionClose()
 		lingerOnClose(ctx)
-		r.metrics.record(proto, fasthttp.StatusRequestEntityTooLarge, start)
-		l.accessLog(ctx, conn, r.cluster.name, fasthttp.StatusRequestEntityTooLarge, start)
 		return
 	}
 	var body *reqBody
@@ -102,6 +93,13 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	}
 	r.metrics.record(proto, status, start)
 	l.accessLog(ctx, conn, r.cluster.name, status, start)
+}
+
+// reject answers a request ebb will not forward, and counts it.
+func (l *listener) reject(ctx *fasthttp.RequestCtx, conn *drain.Conn, rm *routeMetrics, cluster string, status int, msg string, start time.Time) {
+	localReply(ctx, status, msg)
+	rm.record(drain.ProtoHTTP1, status, start)
+	l.accessLog(ctx, conn, cluster, status, start)
 }
 
 // accessLog writes one access log line when telemetry.log.access is on.

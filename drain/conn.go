@@ -80,13 +80,15 @@ type Conn struct {
 	// write: a peer that stops reading cannot hold the connection forever.
 	WriteTimeout time.Duration
 
-	reg       *Registry
-	proto     atomic.Int32
-	state     atomic.Int32
-	linger    atomic.Bool
-	wrote     atomic.Bool // the last operation was a write
-	closeOnce sync.Once
-	closeErr  error
+	reg    *Registry
+	proto  atomic.Int32
+	state  atomic.Int32
+	linger atomic.Bool
+	wrote  atomic.Bool // the last operation was a write
+
+	writeDeadline WriteDeadline // belongs to the writing goroutine
+	closeOnce     sync.Once
+	closeErr      error
 }
 
 // Lingering close bounds: read and discard until the client has been
@@ -139,11 +141,30 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wrote.Store(true)
 	if c.WriteTimeout > 0 {
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.WriteTimeout)); err != nil {
+		if err := c.writeDeadline.Renew(c.Conn, c.WriteTimeout); err != nil {
 			return 0, err
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// WriteDeadline keeps a connection's write deadline at least half a
+// timeout ahead of every write, moving it only when it has come closer
+// than that: moving a deadline costs a timer update in the runtime, and
+// most writes then need none. Writes to one connection come from one
+// goroutine at a time, which owns it.
+type WriteDeadline struct {
+	at time.Time // the deadline currently set
+}
+
+// Renew makes sure c's write deadline is at least timeout/2 away.
+func (d *WriteDeadline) Renew(c net.Conn, timeout time.Duration) error {
+	now := time.Now()
+	if d.at.Sub(now) >= timeout/2 {
+		return nil
+	}
+	d.at = now.Add(timeout)
+	return c.SetWriteDeadline(d.at)
 }
 
 // Protocol returns the connection's protocol.

@@ -182,3 +182,36 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("not empty after CloseAll: %v, %d", err, reg.Len())
 	}
 }
+
+func TestWriteDeadlineRenewsOnlyWhenNear(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		rec := &deadlineConn{Conn: a}
+		var d WriteDeadline
+		d.Renew(rec, 10*time.Second) // first write: set
+		time.Sleep(4 * time.Second)  // fake time
+		d.Renew(rec, 10*time.Second) // 6s left: kept
+		time.Sleep(2 * time.Second)
+		d.Renew(rec, 10*time.Second) // 4s left: moved
+		if rec.sets != 2 {
+			t.Fatalf("deadline set %d times, want 2", rec.sets)
+		}
+		if want := time.Now().Add(10 * time.Second); !rec.last.Equal(want) {
+			t.Fatalf("deadline %v, want %v", rec.last, want)
+		}
+	})
+}
+
+type deadlineConn struct {
+	net.Conn
+	sets int
+	last time.Time
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
+	c.sets++
+	c.last = t
+	return nil
+}

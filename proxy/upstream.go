@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
 )
 
 // maxBufferedBody is the largest response body with a known length that is
@@ -63,9 +65,10 @@ func (e *upstreamError) Unwrap() error { return e.err }
 // upConn is an upstream connection with what ebb needs to know about it.
 type upConn struct {
 	net.Conn
-	used         bool          // it has carried a complete exchange
-	wrote        atomic.Bool   // the last operation was a write
-	writeTimeout time.Duration // bounds each write: a stalled upstream is let go
+	used          bool          // it has carried a complete exchange
+	wrote         atomic.Bool   // the last operation was a write
+	writeTimeout  time.Duration // bounds each write: a stalled upstream is let go
+	writeDeadline drain.WriteDeadline
 }
 
 // Read yields the processor once before the first read after a write: the
@@ -83,7 +86,7 @@ func (c *upConn) Read(p []byte) (int, error) {
 func (c *upConn) Write(p []byte) (int, error) {
 	c.wrote.Store(true)
 	if c.writeTimeout > 0 {
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+		if err := c.writeDeadline.Renew(c.Conn, c.writeTimeout); err != nil {
 			return 0, err
 		}
 	}

@@ -16,8 +16,10 @@
 #   ROUNDS=5      measured runs per proxy and variant (the median is kept)
 #   WARMUP=2      seconds of unmeasured load per proxy before each variant
 #   CONNS=64      connections for the throughput variants
-#   PROXIES="ebb nginx haproxy"   proxies to measure (any subset)
+#   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
+#                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
+#   FASTHTTP_PORT=18083
 #   KEEP_WORK=1   keep the temporary directory (configs, logs, raw wrk output)
 set -euo pipefail
 
@@ -25,11 +27,12 @@ DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-2}
 CONNS=${CONNS:-64}
-PROXIES=${PROXIES:-"ebb nginx haproxy"}
+PROXIES=${PROXIES:-"ebb nginx haproxy fasthttp"}
 ORIGIN_PORT=${ORIGIN_PORT:-18000}
 EBB_PORT=${EBB_PORT:-18080}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
+FASTHTTP_PORT=${FASTHTTP_PORT:-18083}
 KEEP_WORK=${KEEP_WORK:-0}
 
 PROXY_CPU=0
@@ -55,7 +58,7 @@ done
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "ROUNDS must be a positive integer"
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
 for p in $PROXIES; do
-	case $p in ebb | nginx | haproxy) ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
+	case $p in ebb | nginx | haproxy | fasthttp) ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
 done
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -153,10 +156,11 @@ check_body() {
 
 log "building ebb from $REPO_DIR"
 (cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
+(cd "$REPO_DIR" && go build -o "$WORK/bin/fasthttp-bare" ./bench/fasthttp-bare) || die "go build ./bench/fasthttp-bare failed"
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
-for port in "$ORIGIN_PORT" "$EBB_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do
+for port in "$ORIGIN_PORT" "$EBB_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$FASTHTTP_PORT"; do
 	port_free "$port" || die "port $port on 127.0.0.1 is already in use"
 done
 
@@ -208,10 +212,10 @@ start_origin() {
 # Proxies, all on CPU 0, all with keep-alive to the origin, no logging.
 # ---------------------------------------------------------------------------
 
-declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
-declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log)
+declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT)
+declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log)
 
-mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy"
+mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp"
 
 cat >"$WORK/ebb/ebb.yaml" <<EOF
 admin: { address: 127.0.0.1:0 }
@@ -307,6 +311,10 @@ start_proxy() {
 		# -db: foreground, a single process (no master-worker).
 		taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy.cfg" \
 			>"${LOGF[haproxy]}" 2>&1 &
+		;;
+	fasthttp)
+		taskset -c "$PROXY_CPU" "$WORK/bin/fasthttp-bare" -listen "127.0.0.1:$FASTHTTP_PORT" \
+			-origin "127.0.0.1:$ORIGIN_PORT" >"${LOGF[fasthttp]}" 2>&1 &
 		;;
 	esac
 	PID[$name]=$!
@@ -556,6 +564,9 @@ fmt_us() { awk -v x="$1" 'BEGIN { if (x >= 1000) printf "%.2f ms", x / 1000; els
 		fi
 		if has_proxy haproxy; then
 			echo "µs CPU/req, ebb/HAProxy: $(ratio "$(col small ebb cpu_us_per_req)" "$(col small haproxy cpu_us_per_req)")  "
+		fi
+		if has_proxy fasthttp; then
+			echo "ebb/fasthttp-bare: $(ratio "$(col small ebb rps)" "$(col small fasthttp rps)") in req/s, $(ratio "$(col small ebb cpu_us_per_req)" "$(col small fasthttp cpu_us_per_req)") in µs CPU/req  "
 		fi
 	fi
 	echo

@@ -103,7 +103,7 @@ func TestControllerForce(t *testing.T) {
 		done := run(ctl)
 		ctl.Trigger("signal SIGTERM")
 		<-srv.shutdown
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // fake time (synctest): the clock advances when all wait
 		ctl.Force("signal SIGTERM")
 		res := <-done
 		<-srv.closed
@@ -125,7 +125,7 @@ func TestControllerWaitsForUpgradedConnections(t *testing.T) {
 		ctl := NewController(config.Drain{Timeout: 25 * time.Second}, reg, srv, quiet())
 		done := run(ctl)
 		ctl.Trigger("test")
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // fake time (synctest)
 		synctest.Wait()
 		select {
 		case res := <-done:
@@ -193,7 +193,7 @@ func TestWriteDeadlineRenewsOnlyWhenNear(t *testing.T) {
 		d.Renew(rec, 10*time.Second) // first write: set
 		time.Sleep(4 * time.Second)  // fake time
 		d.Renew(rec, 10*time.Second) // 6s left: kept
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second)  // fake time
 		d.Renew(rec, 10*time.Second) // 4s left: moved
 		if rec.sets != 2 {
 			t.Fatalf("deadline set %d times, want 2", rec.sets)

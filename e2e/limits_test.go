@@ -28,17 +28,7 @@ func TestLimits(t *testing.T) {
 		}
 		w.Write(b)
 	}))
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    limits: { max_header_bytes: 2KiB, max_body_bytes: 1KiB }
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-`, hostPort(origin)))
+	e := startEbb(t, oneClusterYAML(hostPort(origin), []string{"limits: { max_header_bytes: 2KiB, max_body_bytes: 1KiB }"}, nil))
 
 	const tooLarge = "ebb: request body too large\n"
 	cases := []struct {
@@ -215,18 +205,7 @@ func TestBodyLimitAtOnce(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "origin answered")
 	}))
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    limits: { max_body_bytes: 1KiB }
-    timeouts: { header: 2s }
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-`, hostPort(origin)))
+	e := startEbb(t, oneClusterYAML(hostPort(origin), []string{"limits: { max_body_bytes: 1KiB }", "timeouts: { header: 2s }"}, nil))
 	for _, expect := range []bool{false, true} {
 		name := "plain"
 		head := "POST /upload HTTP/1.1\r\nHost: app\r\nContent-Length: 100000\r\n"
@@ -269,17 +248,7 @@ func TestRefusalsReachTheClient(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "origin answered")
 	}))
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    limits: { max_body_bytes: 1KiB }
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-`, hostPort(origin)))
+	e := startEbb(t, oneClusterYAML(hostPort(origin), []string{"limits: { max_body_bytes: 1KiB }"}, nil))
 	const size = 4 << 20
 	cases := []struct {
 		name       string

@@ -146,17 +146,7 @@ func TestUpstreamStallMidBody(t *testing.T) {
 		}
 	}))
 	t.Cleanup(func() { close(release) })
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-    timeouts: { response: 300ms }
-`, hostPort(origin)))
+	e := startEbb(t, oneClusterYAML(hostPort(origin), nil, []string{"timeouts: { response: 300ms }"}))
 	client := newClient(t)
 
 	for _, path := range []string{"/stall", "/stall?chunked=1"} {
@@ -266,18 +256,7 @@ func TestConnectionLimit(t *testing.T) {
 		}
 	}
 	t.Cleanup(releaseOnce)
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-    max_conns_per_endpoint: 1
-    timeouts: { connect: 300ms }
-`, hostPort(origin)))
+	e := startEbb(t, oneClusterYAML(hostPort(origin), nil, []string{"max_conns_per_endpoint: 1", "timeouts: { connect: 300ms }"}))
 	client := newClient(t)
 
 	type result struct {

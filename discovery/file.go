@@ -91,11 +91,12 @@ func (f *File) Run(ctx context.Context, update func(Set)) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case _, ok := <-w.Events:
 			if !ok {
 				return errors.New("discovery: file watcher closed")
 			}
-			_ = ev // any change in the directory may concern the file (renames, symlink swaps)
+			// Any change in the directory may concern the file (renames,
+			// symlink swaps); reload compares contents.
 			reload()
 		case err, ok := <-w.Errors:
 			if !ok {

@@ -104,9 +104,19 @@ func Load(path string, opts Options) (*Config, error) {
 // resolvePaths makes relative file paths in the configuration relative to
 // the directory of the configuration file, not to ebb's working directory.
 func resolvePaths(cfg *Config, dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 	for i := range cfg.Clusters {
-		if f := cfg.Clusters[i].Discovery.File; f != "" && !filepath.IsAbs(f) {
-			cfg.Clusters[i].Discovery.File = filepath.Join(dir, f)
+		abs(&cfg.Clusters[i].Discovery.File)
+		abs(&cfg.Clusters[i].TLS.CAFile)
+	}
+	for i := range cfg.Listeners {
+		if t := cfg.Listeners[i].TLS; t != nil {
+			abs(&t.Cert)
+			abs(&t.Key)
 		}
 	}
 }

@@ -49,10 +49,26 @@ type Listener struct {
 	Headers  ForwardingHeaders `key:"headers"`
 }
 
-// TLS names the certificate and key files of a listener.
+// TLS names the certificate and key files of a listener. The files are
+// PEM; the certificate file may hold the chain after the leaf. Both are
+// watched and reloaded when they change on disk (a Kubernetes secret
+// rotation), without dropping connections.
 type TLS struct {
 	Cert string `key:"cert"`
 	Key  string `key:"key"`
+}
+
+// UpstreamTLS says how ebb verifies a cluster's endpoints over TLS
+// (protocols h2 and auto).
+type UpstreamTLS struct {
+	// CAFile is a PEM bundle of the authorities to trust; the system's
+	// when empty.
+	CAFile string `key:"ca_file"`
+	// ServerName is sent as SNI and checked against the certificate; by
+	// default the endpoint's host.
+	ServerName string `key:"server_name"`
+	// InsecureSkipVerify accepts any certificate. For tests only.
+	InsecureSkipVerify bool `key:"insecure_skip_verify"`
 }
 
 // Limits bound what a client may send.
@@ -123,6 +139,8 @@ type Cluster struct {
 	Discovery           Discovery       `key:"discovery"`
 	Timeouts            ClusterTimeouts `key:"timeouts"`
 	MaxConnsPerEndpoint int             `key:"max_conns_per_endpoint"`
+	// TLS applies to protocols h2 and auto, which speak TLS upstream.
+	TLS UpstreamTLS `key:"tls"`
 }
 
 // Discovery names exactly one source of a cluster's endpoints.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -43,7 +44,8 @@ func (c *Config) Validate() []Problem {
 		}
 		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
 		if l.TLS != nil {
-			v.add(key+".tls", "TLS listeners are not supported by this version of ebb yet")
+			v.file(key+".tls.cert", l.TLS.Cert, "the PEM certificate (chain) file")
+			v.file(key+".tls.key", l.TLS.Key, "the PEM private key file")
 		}
 		if l.Limits.MaxHeaderBytes < 1<<10 || l.Limits.MaxHeaderBytes > 1<<20 {
 			v.add(key+".limits.max_header_bytes", "expected a size between 1KiB and 1MiB, got %s", l.Limits.MaxHeaderBytes)
@@ -140,6 +142,20 @@ func (v *validator) oneOf(key, got string, allowed ...string) {
 	v.add(key, "expected one of %s, got %q", strings.Join(allowed, ", "), got)
 }
 
+// file checks that a required file is named and readable.
+func (v *validator) file(key, path, what string) {
+	if path == "" {
+		v.add(key, "missing: %s", what)
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		v.add(key, "cannot read %s: %v", path, errors.Unwrap(err))
+		return
+	}
+	f.Close()
+}
+
 func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.add(key, "expected a duration above zero, got %s", d)
@@ -149,8 +165,16 @@ func (v *validator) positive(key string, d time.Duration) {
 func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	v.name(key+".name", c.Name, seen)
 	v.oneOf(key+".protocol", c.Protocol, ProtocolHTTP1, ProtocolH2C, ProtocolH2, ProtocolAuto)
-	if c.Protocol != ProtocolHTTP1 && c.Protocol != "" {
-		v.add(key+".protocol", "%q upstreams are not supported by this version of ebb yet (use http1)", c.Protocol)
+	tlsSet := c.TLS != UpstreamTLS{}
+	switch c.Protocol {
+	case ProtocolH2, ProtocolAuto:
+		if c.TLS.CAFile != "" {
+			v.file(key+".tls.ca_file", c.TLS.CAFile, "a PEM bundle of certificate authorities")
+		}
+	default:
+		if tlsSet {
+			v.add(key+".tls", "only protocols h2 and auto speak TLS upstream; protocol is %q", c.Protocol)
+		}
 	}
 	v.oneOf(key+".balancer", c.Balancer, BalancerP2C, BalancerRoundRobin)
 	d := c.Discovery

@@ -87,6 +87,8 @@ type Conn struct {
 	wrote  atomic.Bool // the last operation was a write
 
 	writeDeadline WriteDeadline // belongs to the writing goroutine
+	peek          [24]byte      // bytes read to recognize the protocol...
+	replay        []byte        // ...and not yet read again; owned by the reader
 	closeOnce     sync.Once
 	closeErr      error
 }
@@ -131,11 +133,45 @@ func (c *Conn) lingerClose() {
 // response, the client's next request is rarely there yet, and a read that
 // finds nothing costs a system call before the goroutine parks.
 func (c *Conn) Read(p []byte) (int, error) {
+	if len(c.replay) > 0 {
+		n := copy(p, c.replay)
+		c.replay = c.replay[n:]
+		return n, nil
+	}
 	if c.wrote.Swap(false) {
 		runtime.Gosched()
 	}
 	return c.Conn.Read(p)
 }
+
+// Peek reads the connection's first bytes, up to len(prefix), for as long
+// as they match prefix, and keeps them for the next reads to return again:
+// recognizing a protocol by its first bytes consumes nothing. It stops at
+// the first byte that differs (a short HTTP/1.0 request is recognized at
+// its first byte, without waiting for more), and reports whether all of
+// prefix arrived. err is the read error, if one came before a decision;
+// bytes read before it are replayed all the same. Peek must be called
+// before anything else reads the connection.
+func (c *Conn) Peek(prefix []byte) (match bool, err error) {
+	buf := c.peek[:min(len(prefix), len(c.peek))]
+	n := 0
+	for n < len(buf) {
+		var k int
+		k, err = c.Conn.Read(buf[n:])
+		n += k
+		if string(buf[:n]) != string(prefix[:n]) {
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.replay = buf[:n]
+	return n == len(prefix) && string(buf[:n]) == string(prefix), err
+}
+
+// Peeked returns the bytes Peek read that have not been read again yet.
+func (c *Conn) Peeked() []byte { return c.replay }
 
 // Write writes to the connection, within WriteTimeout if set.
 func (c *Conn) Write(p []byte) (int, error) {

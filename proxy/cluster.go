@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +23,19 @@ import (
 type endpoint struct {
 	addr     string
 	inflight atomic.Int64
-	rt       roundTripper
+	rt       roundTripper    // http1 clusters
+	ht       *http.Transport // h2c, h2 and auto clusters
 	dialer   *net.Dialer
+}
+
+// closeIdle closes the endpoint's idle upstream connections; those busy
+// finish their requests (HTTP/2 ones their streams) first.
+func (ep *endpoint) closeIdle() {
+	if ep.ht != nil {
+		ep.ht.CloseIdleConnections()
+		return
+	}
+	ep.rt.close()
 }
 
 // cluster is a set of interchangeable endpoints and the policy that picks
@@ -37,6 +50,9 @@ type cluster struct {
 	endpoints atomic.Pointer[[]*endpoint]
 	rr        atomic.Uint64
 	p2c       bool
+	netHTTP   bool        // endpoints are reached through net/http (h2c, h2, auto)
+	scheme    string      // of upstream URLs: "http" or "https"
+	tls       *tls.Config // h2 and auto clusters
 	metrics   *clusterMetrics
 	source    discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
@@ -45,9 +61,20 @@ type cluster struct {
 }
 
 func newCluster(cfg config.Cluster, m *clusterMetrics, log *slog.Logger) *cluster {
-	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m}
+	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, scheme: upstreamScheme(cfg.Protocol),
+		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
+	if c.scheme == "https" {
+		tc, err := clientTLSConfig(cfg)
+		if err != nil {
+			// Validation checked the file; it changed since. Without
+			// the CA, verification fails and requests get a 502.
+			log.Error("upstream TLS", "cluster", cfg.Name, "err", err)
+			tc = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.TLS.ServerName}
+		}
+		c.tls = tc
+	}
 	src, err := discovery.New(cfg.Discovery, log)
 	if err != nil {
 		log.Error("discovery", "cluster", cfg.Name, "err", err)
@@ -85,12 +112,18 @@ func (c *cluster) setEndpoints(set discovery.Set) {
 	c.endpoints.Store(&next)
 	c.lastSet.Store(&set)
 	for _, gone := range byAddr {
-		gone.rt.close()
+		gone.closeIdle()
 	}
 }
 
 func (c *cluster) newEndpoint(addr string) *endpoint {
 	ep := &endpoint{addr: addr, dialer: &net.Dialer{Timeout: c.cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}}
+	if c.netHTTP {
+		ep.ht = newHTTPTransport(c.cfg, c.tls, func(ctx context.Context) (net.Conn, error) {
+			return c.dialContext(ctx, ep)
+		})
+		return ep
+	}
 	hc := &fasthttp.HostClient{
 		Addr:                     addr,
 		Dial:                     c.dialFunc(ep),
@@ -116,13 +149,23 @@ func (c *cluster) dialFunc(ep *endpoint) fasthttp.DialFunc {
 // dial opens a connection to ep. Dials are never refused by ebb itself,
 // whatever the drain phase: in-flight and late requests need them.
 func (c *cluster) dial(ep *endpoint) (*upConn, error) {
-	nc, err := ep.dialer.DialContext(context.Background(), "tcp", ep.addr)
+	nc, err := c.dialContext(context.Background(), ep)
+	if err != nil {
+		return nil, err
+	}
+	return &upConn{Conn: nc, writeTimeout: c.cfg.Timeouts.Response}, nil
+}
+
+// dialContext opens and counts a TCP connection to ep; net/http's
+// Transport calls it directly.
+func (c *cluster) dialContext(ctx context.Context, ep *endpoint) (net.Conn, error) {
+	nc, err := ep.dialer.DialContext(ctx, "tcp", ep.addr)
 	if err != nil {
 		c.metrics.connectErrors.Add(context.Background(), 1, c.metrics.attrs...)
 		return nil, err
 	}
 	c.metrics.connects.Add(context.Background(), 1, c.metrics.attrs...)
-	return &upConn{Conn: nc, writeTimeout: c.cfg.Timeouts.Response}, nil
+	return nc, nil
 }
 
 // pick chooses the endpoint for one request, or nil when there is none.
@@ -156,6 +199,6 @@ func (c *cluster) pick() *endpoint {
 // close closes the idle upstream connections of every endpoint.
 func (c *cluster) close() {
 	for _, ep := range *c.endpoints.Load() {
-		ep.rt.close()
+		ep.closeIdle()
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +32,7 @@ const msgBodyTooLarge = "ebb: request body too large\n"
 func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time()
 	const proto = drain.ProtoHTTP1
-	conn, _ := ctx.Conn().(*drain.Conn)
+	conn := connOf(ctx.Conn())
 	req := &ctx.Request
 	resp := &ctx.Response
 
@@ -59,6 +62,12 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if req.Header.ConnectionUpgrade() && isWebSocket(req.Header.Peek("Upgrade")) {
+		if r.cluster.netHTTP {
+			// An upgrade is an HTTP/1.1 exchange, and the cluster's
+			// endpoints may speak only HTTP/2 (and TLS).
+			l.reject(ctx, conn, r.metrics, r.cluster.name, fasthttp.StatusNotImplemented, "ebb: protocol upgrades are relayed to http1 clusters only\n", start)
+			return
+		}
 		status := l.upgrade(ctx, conn, r)
 		r.metrics.record(proto, status, start)
 		l.accessLog(ctx, conn, r.cluster.name, status, start)
@@ -79,8 +88,17 @@ func (l *listener) handle(ctx *fasthttp.RequestCtx) {
 		req.SetBodyStream(body, cl)
 	}
 
-	l.prepareRequest(req, conn)
-	status := l.forward(ctx, r, body)
+	if conn != nil {
+		conn.Scratch = l.prepareRequest(req, conn.ClientIP, ctx.IsTLS(), conn.Scratch)
+	} else {
+		l.prepareRequest(req, nil, ctx.IsTLS(), nil)
+	}
+	var status int
+	if r.cluster.netHTTP {
+		status = l.forwardHTTP(ctx, r, body)
+	} else {
+		status = l.forward(ctx, r, body)
+	}
 	if body != nil {
 		if !body.complete() && conn != nil {
 			// Answered before the whole body arrived (an upstream's early
@@ -105,30 +123,38 @@ func (l *listener) reject(ctx *fasthttp.RequestCtx, conn *drain.Conn, rm *routeM
 // accessLog writes one access log line when telemetry.log.access is on.
 // It allocates, so it is off by default.
 func (l *listener) accessLog(ctx *fasthttp.RequestCtx, conn *drain.Conn, cluster string, status int, start time.Time) {
-	a := l.p.access
-	if a == nil {
+	if l.p.access == nil {
 		return
 	}
 	var client string
 	if conn != nil {
 		client = string(conn.ClientIP)
 	}
-	a.LogAttrs(context.Background(), slog.LevelInfo, "request",
+	l.logAccess(client, string(ctx.Method()), string(ctx.Request.Header.Host()), string(ctx.Request.Header.RequestURI()),
+		cluster, status, ctx.Response.Header.ContentLength(), start)
+}
+
+// logAccess writes one access log line. bytes is the response's
+// Content-Length, or negative when it has none.
+func (l *listener) logAccess(client, method, host, uri, cluster string, status, bytes int, start time.Time) {
+	l.p.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("listener", l.cfg.Name),
 		slog.String("client", client),
-		slog.String("method", string(ctx.Method())),
-		slog.String("host", string(ctx.Request.Header.Host())),
-		slog.String("uri", string(ctx.Request.Header.RequestURI())),
+		slog.String("method", method),
+		slog.String("host", host),
+		slog.String("uri", uri),
 		slog.String("cluster", cluster),
 		slog.Int("status", status),
-		slog.Int("bytes", ctx.Response.Header.ContentLength()),
+		slog.Int("bytes", bytes),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 	)
 }
 
 // prepareRequest applies the header rules to a request about to go
-// upstream.
-func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
+// upstream. clientIP is appended to X-Forwarded-For; tls says whether the
+// client came over TLS. scratch is reused to build header values and
+// returned for the next request.
+func (l *listener) prepareRequest(req *fasthttp.Request, clientIP []byte, tls bool, scratch []byte) []byte {
 	stripRequestHopByHop(&req.Header, false)
 	if req.MayContinue() {
 		// fasthttp has already answered 100 Continue and read on; the
@@ -148,9 +174,7 @@ func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
 	if !req.Header.IsHTTP11() {
 		req.Header.SetProtocolBytes(http11)
 	}
-	if conn != nil {
-		conn.Scratch = setForwarded(&req.Header, conn.ClientIP, false, l.cfg.Headers.TrustForwarded, conn.Scratch)
-	}
+	return setForwarded(&req.Header, clientIP, tls, l.cfg.Headers.TrustForwarded, scratch)
 }
 
 // forward sends the request to an endpoint of r's cluster and puts the
@@ -158,7 +182,7 @@ func (l *listener) prepareRequest(req *fasthttp.Request, conn *drain.Conn) {
 func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) int {
 	ep := r.cluster.pick()
 	if ep == nil {
-		localReply(ctx, fasthttp.StatusServiceUnavailable, "ebb: no upstream endpoint available\n")
+		localReply(ctx, fasthttp.StatusServiceUnavailable, msgNoEndpoint)
 		return fasthttp.StatusServiceUnavailable
 	}
 	if len(ctx.Request.Header.Host()) == 0 {
@@ -167,7 +191,7 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 	}
 	ep.inflight.Add(1)
 	resp := &ctx.Response
-	if err := ep.rt.roundTrip(&ctx.Request, resp); err != nil {
+	if err := ep.rt.roundTrip(context.Background(), &ctx.Request, resp); err != nil {
 		return l.upstreamFailed(ctx, r, ep, body, err)
 	}
 	// The upstream's Connection: close was honoured on the upstream
@@ -175,6 +199,92 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 	stripResponseHopByHop(&resp.Header, false)
 	resp.Header.ResetConnectionClose()
 	return resp.StatusCode()
+}
+
+// forwardHTTP sends an HTTP/1 request to an endpoint of an h2c, h2 or
+// auto cluster through net/http, and puts the answer, or ebb's error
+// response, into ctx. The response body streams to the client.
+func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody) int {
+	ep := r.cluster.pick()
+	if ep == nil {
+		localReply(ctx, fasthttp.StatusServiceUnavailable, msgNoEndpoint)
+		return fasthttp.StatusServiceUnavailable
+	}
+	req := &ctx.Request
+	uri := req.URI()
+	out := &http.Request{
+		Method: string(req.Header.Method()),
+		URL:    &url.URL{Scheme: r.cluster.scheme, Host: ep.addr, Opaque: string(uri.PathOriginal()), RawQuery: string(uri.QueryString())},
+		Host:   string(req.Header.Host()),
+		Header: make(http.Header, req.Header.Len()),
+	}
+	if strings.HasPrefix(out.URL.Opaque, "//") {
+		// An opaque "//..." would read as a scheme-relative URL.
+		out.URL.Opaque, out.URL.Path = "", out.URL.Opaque
+	}
+	if out.Host == "" {
+		out.Host = ep.addr // HTTP/1.0 without Host
+	}
+	for k, v := range req.Header.All() {
+		switch string(k) {
+		case "Host", "Content-Length", "Transfer-Encoding":
+			continue // framing is the transport's; Host is set above
+		}
+		key := string(k)
+		out.Header[key] = append(out.Header[key], string(v))
+	}
+	if body != nil {
+		out.Body = io.NopCloser(body)
+		out.ContentLength = int64(req.Header.ContentLength())
+		if out.ContentLength < 0 {
+			out.ContentLength = -1 // chunked: unknown
+		}
+	}
+	ep.inflight.Add(1)
+	resp, err := ep.ht.RoundTrip(out)
+	if err != nil {
+		ep.inflight.Add(-1)
+		return l.upstreamFailed(ctx, r, ep, body, err)
+	}
+	fr := &ctx.Response
+	fr.SetStatusCode(resp.StatusCode)
+	endToEnd(resp.Header, func(k string, vv []string) {
+		if k == "Content-Length" {
+			return // the body stream's length is set below
+		}
+		for _, v := range vv {
+			fr.Header.Add(k, v)
+		}
+	})
+	if _, ok := resp.Header["Content-Type"]; !ok {
+		fr.Header.SetNoDefaultContentType(true)
+	}
+	s := resp.StatusCode
+	if req.Header.IsHead() || s < 200 || s == http.StatusNoContent || s == http.StatusNotModified {
+		resp.Body.Close()
+		ep.inflight.Add(-1)
+		fr.SkipBody = true
+		if resp.ContentLength >= 0 {
+			fr.Header.SetContentLength(int(resp.ContentLength))
+		}
+		return s
+	}
+	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep}, int(max(resp.ContentLength, -1)))
+	return s
+}
+
+// httpBody is a net/http response body on its way to an HTTP/1 client;
+// fasthttp closes it once written, which ends the exchange.
+type httpBody struct {
+	io.ReadCloser
+	ep   *endpoint
+	once sync.Once
+}
+
+func (b *httpBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.ep.inflight.Add(-1) })
+	return err
 }
 
 // upstreamFailed answers for a failed exchange and returns the status.
@@ -192,23 +302,7 @@ func (l *listener) upstreamFailed(ctx *fasthttp.RequestCtx, r *route, ep *endpoi
 		ctx.Response.SetConnectionClose()
 		return fasthttp.StatusBadRequest
 	}
-	var ue *upstreamError
-	kind := errBroken
-	if errors.As(err, &ue) {
-		kind = ue.kind
-	}
-	r.cluster.metrics.upstreamError(kind)
-	status, msg := fasthttp.StatusBadGateway, "ebb: upstream failed\n"
-	switch kind {
-	case errConnect:
-		msg = "ebb: upstream connect failed\n"
-	case errOverloaded:
-		status, msg = fasthttp.StatusServiceUnavailable, "ebb: upstream connection limit reached\n"
-	case errTimeout:
-		status, msg = fasthttp.StatusGatewayTimeout, "ebb: upstream timed out\n"
-	}
-	l.p.log.Warn("upstream error", "listener", l.cfg.Name, "cluster", r.cluster.name,
-		"endpoint", ep.addr, "kind", errKindNames[kind], "status", status, "err", err)
+	status, msg := l.failure(context.Background(), r, ep, nil, err)
 	localReply(ctx, status, msg)
 	return status
 }

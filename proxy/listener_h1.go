@@ -2,31 +2,61 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/h2"
 )
 
 // listener is one configured listener: its socket, ebb's accept loop on it,
-// and the HTTP/1 engine serving what the loop accepts.
+// and the engines serving what the loop accepts: HTTP/1 (fasthttp) and
+// HTTP/2 (package h2), chosen per connection by ALPN or by the client
+// preface.
 type listener struct {
-	p    *Proxy
-	idx  int
-	cfg  config.Listener
-	srv  *fasthttp.Server
-	chl  *chanListener
-	loop *acceptLoop // set by bind
+	p     *Proxy
+	idx   int
+	cfg   config.Listener
+	srv   *fasthttp.Server
+	h2    *h2.Server
+	chl   *chanListener
+	loop  *acceptLoop // set by bind
+	certs *certStore  // set by bind when the listener has TLS
+	tls   *tls.Config
+
+	conns sync.WaitGroup // serveConn goroutines
+	// h2conns are the HTTP/2 connections being served, for shutdown.
+	h2mu    sync.Mutex
+	h2conns map[*h2.Conn]struct{}
+	closing bool // guarded by h2mu: shutdown has begun
 }
 
 func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
-	l := &listener{p: p, idx: idx, cfg: cfg}
+	l := &listener{p: p, idx: idx, cfg: cfg, h2conns: map[*h2.Conn]struct{}{}}
+	l.h2 = &h2.Server{
+		Handler:        http.HandlerFunc(l.serveHTTP2),
+		IdleTimeout:    cfg.Timeouts.Idle,
+		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
+		StateChanged: func(c net.Conn, active bool) {
+			if dc := connOf(c); dc != nil {
+				if active {
+					dc.SetState(drain.StateActive)
+				} else {
+					dc.SetState(drain.StateIdle)
+				}
+			}
+		},
+		Log: p.log.With("listener", cfg.Name),
+	}
 	l.srv = &fasthttp.Server{
 		Handler: l.handle,
 		// Headers larger than the read buffer are answered with 431.
@@ -94,15 +124,15 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 // lingerOnClose marks the request's connection to be closed gracefully
 // (see drain.Conn.LingerOnClose).
 func lingerOnClose(ctx *fasthttp.RequestCtx) {
-	if c, ok := ctx.Conn().(*drain.Conn); ok {
+	if c := connOf(ctx.Conn()); c != nil {
 		c.LingerOnClose()
 	}
 }
 
 // connState mirrors fasthttp's view of each connection into the registry.
 func connState(c net.Conn, s fasthttp.ConnState) {
-	dc, ok := c.(*drain.Conn)
-	if !ok {
+	dc := connOf(c)
+	if dc == nil {
 		return
 	}
 	switch s {
@@ -121,18 +151,33 @@ func (l *listener) bind() error {
 	if err != nil {
 		return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
 	}
+	if t := l.cfg.TLS; t != nil {
+		certs, err := newCertStore(t.Cert, t.Key, l.p.log.With("listener", l.cfg.Name))
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
+		}
+		l.certs, l.tls = certs, serverTLSConfig(certs)
+	}
 	l.chl = newChanListener(ln.Addr())
 	l.loop = newAcceptLoop(ln, l.cfg.Name, l.p.reg, func(c *drain.Conn) {
-		c.SetProtocol(drain.ProtoHTTP1)
 		c.WriteTimeout = l.cfg.Timeouts.Write
-		l.chl.deliver(c)
+		l.conns.Go(func() { l.serveConn(c) })
 	})
 	return nil
 }
 
-// serve runs the accept loop and the engine until both have stopped.
+// serve runs the accept loop and the HTTP/1 engine until both have
+// stopped, and the certificate watcher until the loop has.
 func (l *listener) serve() {
 	loopDone := make(chan struct{})
+	var watchers sync.WaitGroup
+	if l.certs != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer watchers.Wait()
+		defer cancel()
+		watchers.Go(func() { l.certs.run(ctx) })
+	}
 	go func() {
 		defer close(loopDone)
 		l.loop.run()
@@ -155,17 +200,48 @@ func (l *listener) shutdown(ctx context.Context) error {
 	if l.chl == nil {
 		return nil
 	}
+	l.h2mu.Lock()
+	l.closing = true
+	for c := range l.h2conns {
+		c.GoAway(l.p.goAwayGrace)
+	}
+	l.h2mu.Unlock()
 	err := l.srv.ShutdownWithContext(ctx)
 	// If Serve had not begun, fasthttp had no listener to close: closing it
 	// here makes a late Serve return at once.
 	l.chl.Close()
-	return err
+	if err != nil {
+		return err
+	}
+	return waitGroup(ctx, &l.conns)
 }
 
+// close stops accepting and the HTTP/1 engine. The caller closes the
+// connections and then calls wait.
 func (l *listener) close() {
 	l.stopAccepting()
 	if l.chl != nil {
 		l.chl.Close()
+	}
+}
+
+// wait waits for every connection's goroutine to end.
+func (l *listener) wait() { l.conns.Wait() }
+
+// waitGroup waits for wg, or until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		// The waiting goroutine ends with the connections, which the
+		// caller now closes.
+		return ctx.Err()
 	}
 }
 

@@ -47,6 +47,9 @@ type Proxy struct {
 	metrics   *metrics
 	listeners []*listener
 	snap      atomic.Pointer[snapshot]
+	// goAwayGrace is drain.http2.goaway_grace: the longest wait for the
+	// PING acknowledgement between the two GOAWAYs.
+	goAwayGrace time.Duration
 
 	mu      sync.Mutex
 	started bool
@@ -60,7 +63,7 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
-	p := &Proxy{log: log, reg: reg, metrics: m}
+	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace}
 	if cfg.Telemetry.Log.Access {
 		p.access = log.With("log", "access")
 	}
@@ -219,6 +222,9 @@ func (p *Proxy) Close() error {
 	}
 	p.reg.CloseAll()
 	p.wg.Wait()
+	for _, l := range p.listeners {
+		l.wait()
+	}
 	p.closeUpstreams()
 	return nil
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"strings"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -33,15 +32,20 @@ func compileRoute(r config.Route, c *cluster, m *routeMetrics) route {
 }
 
 // match returns the first route for host (as sent, possibly with a port)
-// and path, or nil.
-func (t *routeTable) match(host, path []byte) *route {
+// and path, or nil. HTTP/1 requests come as bytes...
+func (t *routeTable) match(host, path []byte) *route { return matchRoute(t, host, path) }
+
+// matchString is match for HTTP/2 requests, which come as strings.
+func (t *routeTable) matchString(host, path string) *route { return matchRoute(t, host, path) }
+
+func matchRoute[S string | []byte](t *routeTable, host, path S) *route {
 	host = stripPort(host)
 	for i := range t.routes {
 		r := &t.routes[i]
-		if len(r.prefix) > 0 && !bytes.HasPrefix(path, r.prefix) {
+		if len(r.prefix) > 0 && (len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != string(r.prefix)) {
 			continue
 		}
-		if len(r.host) > 0 && !r.matchHost(host) {
+		if len(r.host) > 0 && !matchHost(r, host) {
 			continue
 		}
 		return r
@@ -49,18 +53,42 @@ func (t *routeTable) match(host, path []byte) *route {
 	return nil
 }
 
-func (r *route) matchHost(host []byte) bool {
+func matchHost[S string | []byte](r *route, host S) bool {
 	if r.wildcard {
-		return len(host) > len(r.host) && bytes.EqualFold(host[len(host)-len(r.host):], r.host)
+		return len(host) > len(r.host) && equalFoldASCII(host[len(host)-len(r.host):], r.host)
 	}
-	return bytes.EqualFold(host, r.host)
+	return equalFoldASCII(host, r.host)
+}
+
+// equalFoldASCII compares s with lower, which is lower case, ignoring the
+// case of ASCII letters in s (host names are ASCII on the wire).
+func equalFoldASCII[S string | []byte](s S, lower []byte) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // stripPort removes a trailing :port from a Host value, leaving IPv6
 // literals ([::1]) intact, and a trailing dot of a fully qualified name.
-func stripPort(host []byte) []byte {
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
-		host = host[:i]
+func stripPort[S string | []byte](host S) S {
+	for i := len(host) - 1; i >= 0; i-- {
+		if host[i] == ']' {
+			break // an IPv6 literal without port
+		}
+		if host[i] == ':' {
+			host = host[:i]
+			break
+		}
 	}
 	if n := len(host); n > 1 && host[n-1] == '.' {
 		host = host[:n-1]

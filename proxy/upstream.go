@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -101,7 +102,7 @@ type pooledConn interface {
 
 // roundTripper sends one request to one endpoint.
 type roundTripper interface {
-	roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error
+	roundTrip(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error
 	close()
 }
 
@@ -155,16 +156,20 @@ const maxStaleAttempts = 4
 // then sent again on another connection when that is safe: its method is
 // idempotent and it has no streamed body (RFC 9110 §9.2.2). Other retries
 // are a policy decision made above the transport.
-func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response) error {
+//
+// When ctx ends (an HTTP/2 client reset its stream), the upstream
+// connection is closed, which ends the exchange. HTTP/1 requests pass a
+// context that never ends: their client's leaving shows as a failed write.
+func (t *transport[C]) roundTrip(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error {
 	// Decided before the first attempt: writing a streamed body consumes
 	// it and takes it off the request.
 	resendable := req.BodyStream() == nil && isIdempotent(req)
 	for attempt := 1; ; attempt++ {
-		streamed, stale, err := t.exchange(req, resp, resendable)
+		streamed, stale, err := t.exchange(ctx, req, resp, resendable)
 		if streamed {
 			return nil // the stream finishes the exchange when closed
 		}
-		if stale && resendable && attempt < maxStaleAttempts {
+		if stale && resendable && attempt < maxStaleAttempts && ctx.Err() == nil {
 			resp.Reset()
 			continue
 		}
@@ -177,7 +182,7 @@ func (t *transport[C]) roundTrip(req *fasthttp.Request, resp *fasthttp.Response)
 // that resp now streams the body from the connection; stale that a reused
 // connection failed before any response byte arrived. resendable says
 // whether the request may be sent again.
-func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response, resendable bool) (streamed, stale bool, err error) {
+func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, resendable bool) (streamed, stale bool, err error) {
 	var (
 		cc     C
 		conn   net.Conn
@@ -203,7 +208,15 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response, 
 		}
 		t.discard(cc)
 	}
+	// cancelled reports whether ctx's end closed the connection; after it
+	// the connection is not given back.
+	cancelled := func() bool { return false }
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		cancelled = func() bool { return !stop() }
+	}
 	fail := func(kind errKind, err error) (bool, bool, error) {
+		cancelled()
 		t.discard(cc)
 		return false, false, &upstreamError{kind: kind, reused: reused, err: err}
 	}
@@ -270,7 +283,7 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response, 
 		}
 	default:
 		s := t.streams.Get().(*bodyStream[C])
-		s.cc, s.conn, s.br, s.keepAlive = cc, conn, br, keepAlive
+		s.cc, s.conn, s.br, s.keepAlive, s.cancelled = cc, conn, br, keepAlive, cancelled
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
@@ -284,7 +297,7 @@ func (t *transport[C]) exchange(req *fasthttp.Request, resp *fasthttp.Response, 
 		return true, false, nil
 	}
 	t.hc.ReleaseReader(br)
-	if keepAlive {
+	if keepAlive && !cancelled() {
 		if uc != nil {
 			uc.used = true
 		}
@@ -331,6 +344,7 @@ type bodyStream[C pooledConn] struct {
 	br        *bufio.Reader
 	keepAlive bool
 	eof       bool
+	cancelled func() bool // see transport.exchange
 }
 
 func (s *bodyStream[C]) Read(p []byte) (int, error) {
@@ -357,7 +371,7 @@ func (s *bodyStream[C]) CloseWithError(err error) error {
 // pool.
 func (s *bodyStream[C]) release(err error) {
 	t := s.t
-	reuse := err == nil && s.eof && s.keepAlive
+	reuse := !s.cancelled() && err == nil && s.eof && s.keepAlive
 	if !reuse {
 		// Unblock and end the connection first: the body decoder must not
 		// be left mid-body on a pooled connection.
@@ -374,7 +388,7 @@ func (s *bodyStream[C]) release(err error) {
 		t.discard(s.cc)
 	}
 	var zero C
-	s.cc, s.conn, s.br, s.eof, s.keepAlive = zero, nil, nil, false, false
+	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.cancelled = zero, nil, nil, false, false, nil
 	s.up.Reset()
 	t.streams.Put(s)
 }

@@ -354,3 +354,29 @@ type recordConn struct {
 
 func (c *recordConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c *recordConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// TestRepeatedSettingAccepted sends a SETTINGS frame that repeats
+// INITIAL_WINDOW_SIZE, which RFC 9113 allows (the last value wins) and
+// x/net alone would hang up on: the server acknowledges it, and the last
+// value is the one in force.
+func TestRepeatedSettingAccepted(t *testing.T) {
+	addr, _, _ := testServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("x"), 100))
+	}))
+	rc := dialRaw(t, addr)
+	if err := rc.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100},
+		http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1 << 14},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10},
+	); err != nil {
+		t.Fatal(err)
+	}
+	rc.until("SETTINGS ACK", func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() })
+	rc.get(1, "/")
+	// With a stream window of 10 (not 100), the first DATA frame carries
+	// exactly 10 bytes.
+	d := rc.until("DATA", func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame)
+	if len(d.Data()) != 10 {
+		t.Fatalf("first DATA frame of %d bytes, want 10 (the last INITIAL_WINDOW_SIZE)", len(d.Data()))
+	}
+}

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"net"
@@ -14,8 +15,9 @@ const frameHeaderLen = 9
 
 // Frame types and flags the seam looks at.
 const (
-	framePing = 0x6
-	flagAck   = 0x1
+	frameSettings = 0x4
+	framePing     = 0x6
+	flagAck       = 0x1
 )
 
 // frameTracker follows frame boundaries in one direction of a connection
@@ -84,6 +86,7 @@ func (t *frameTracker) advance(p []byte) {
 // did not send).
 type seam struct {
 	net.Conn
+	br *bufio.Reader // x/net reads each frame header and payload apart
 
 	wmu     sync.Mutex // serializes writes, ours and the engine's
 	out     frameTracker
@@ -98,7 +101,7 @@ type seam struct {
 }
 
 func newSeam(c net.Conn) *seam {
-	s := &seam{Conn: c, preface: len(http2.ClientPreface), pingAck: make(chan struct{})}
+	s := &seam{Conn: c, br: bufio.NewReaderSize(c, readBufferSize), preface: len(http2.ClientPreface), pingAck: make(chan struct{})}
 	s.in.onHeader = func(h *[frameHeaderLen]byte) int {
 		if h[3] == framePing && h[4]&flagAck != 0 {
 			return 8
@@ -113,9 +116,14 @@ func newSeam(c net.Conn) *seam {
 	return s
 }
 
+// readBufferSize is the seam's read buffer: x/net reads a frame's header
+// and then its payload, two system calls per frame without a buffer. Reads
+// of this size or more (large DATA payloads) bypass it.
+const readBufferSize = 4 << 10
+
 // Read passes the client's bytes to the engine, following the frames.
 func (s *seam) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
+	n, err := s.br.Read(p)
 	b := p[:n]
 	if s.preface > 0 {
 		k := min(s.preface, len(b))
@@ -123,7 +131,50 @@ func (s *seam) Read(p []byte) (int, error) {
 		b = b[k:]
 	}
 	s.in.advance(b)
+	s.settingsAhead()
 	return n, err
+}
+
+// maxSettingsPayload bounds the SETTINGS frames the seam rewrites; x/net
+// refuses more than 100 settings in one frame anyway.
+const maxSettingsPayload = 100 * 6
+
+// settingsAhead rewrites a SETTINGS frame whose header the engine has just
+// read and whose payload it is about to: RFC 9113 §6.5 lets a frame repeat
+// a setting (processed in order, so the last value wins), but x/net hangs
+// up on any repetition. Every occurrence but the last gets the id of an
+// unknown setting, which receivers ignore (§6.5.2). x/net reads a frame's
+// header and its payload apart, so the payload is still in the buffer.
+func (s *seam) settingsAhead() {
+	t := &s.in
+	n := int(t.hdr[0])<<16 | int(t.hdr[1])<<8 | int(t.hdr[2])
+	if t.hn != 0 || t.remain == 0 || t.remain != n || t.hdr[3] != frameSettings || t.hdr[4]&flagAck != 0 ||
+		n > maxSettingsPayload || n%6 != 0 {
+		return
+	}
+	p, err := s.br.Peek(n)
+	if err != nil {
+		return // the engine sees the error on its own read
+	}
+	var seen [16]uint16 // the ids at or after the entry being looked at
+	ns := 0
+	for i := n/6 - 1; i >= 0; i-- {
+		e := p[i*6 : i*6+2]
+		id := uint16(e[0])<<8 | uint16(e[1])
+		dup := false
+		for _, v := range seen[:ns] {
+			dup = dup || v == id
+		}
+		switch {
+		case dup:
+			// 0xf000 and up: unassigned, and distinct per entry.
+			unknown := 0xf000 + uint16(i)
+			e[0], e[1] = byte(unknown>>8), byte(unknown)
+		case ns < len(seen):
+			seen[ns] = id
+			ns++
+		}
+	}
 }
 
 // Write passes the engine's bytes to the client, writing pending frames of

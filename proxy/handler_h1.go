@@ -269,16 +269,35 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		}
 		return s
 	}
-	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep}, int(max(resp.ContentLength, -1)))
+	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header}, int(max(resp.ContentLength, -1)))
 	return s
 }
 
 // httpBody is a net/http response body on its way to an HTTP/1 client;
-// fasthttp closes it once written, which ends the exchange.
+// fasthttp closes it once written, which ends the exchange. Trailers
+// arrive with the body's end and join the downstream trailer section
+// (sent when the body is chunked).
 type httpBody struct {
 	io.ReadCloser
 	ep   *endpoint
+	resp *http.Response
+	down *fasthttp.ResponseHeader
 	once sync.Once
+}
+
+func (b *httpBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		for k, vv := range b.resp.Trailer {
+			if b.down.AddTrailer(k) != nil {
+				continue // a name HTTP/1.1 forbids in trailers
+			}
+			for _, v := range vv {
+				b.down.Add(k, v)
+			}
+		}
+	}
+	return n, err
 }
 
 func (b *httpBody) Close() error {

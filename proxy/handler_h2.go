@@ -156,6 +156,13 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 	if s := resp.BodyStream(); s != nil {
 		err := copyBody(w, s, resp.Header.ContentLength() < 0)
 		_ = resp.CloseBodyStream() // gives the upstream connection back, or closes it
+		// The upstream's trailers, received with the body's end.
+		for name := range resp.Header.Trailers() {
+			if v := resp.Header.PeekBytes(name); len(v) > 0 {
+				key := http.TrailerPrefix + string(name)
+				wh[key] = append(wh[key], string(v))
+			}
+		}
 		return status, err
 	}
 	if b := resp.Body(); len(b) > 0 {

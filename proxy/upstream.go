@@ -283,7 +283,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		}
 	default:
 		s := t.streams.Get().(*bodyStream[C])
-		s.cc, s.conn, s.br, s.keepAlive, s.cancelled = cc, conn, br, keepAlive, cancelled
+		s.cc, s.conn, s.br, s.keepAlive, s.cancelled, s.down = cc, conn, br, keepAlive, cancelled, &resp.Header
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
@@ -345,6 +345,9 @@ type bodyStream[C pooledConn] struct {
 	keepAlive bool
 	eof       bool
 	cancelled func() bool // see transport.exchange
+	// down is the header of the response being sent downstream; the
+	// upstream's trailers join it when the body ends.
+	down *fasthttp.ResponseHeader
 }
 
 func (s *bodyStream[C]) Read(p []byte) (int, error) {
@@ -354,8 +357,20 @@ func (s *bodyStream[C]) Read(p []byte) (int, error) {
 	n, err := s.up.BodyStream().Read(p)
 	if err == io.EOF {
 		s.eof = true
+		copyTrailers(s.down, &s.up.Header)
 	}
 	return n, err
+}
+
+// copyTrailers adds the trailer fields src received to dst, whose header
+// section has been sent: they go out in its trailer section.
+func copyTrailers(dst, src *fasthttp.ResponseHeader) {
+	for name := range src.Trailers() {
+		if v := src.PeekBytes(name); len(v) > 0 {
+			_ = dst.AddTrailerBytes(name) // forbidden names were refused on the way in
+			dst.SetBytesKV(name, v)
+		}
+	}
 }
 
 // CloseWithError ends the stream and with it the exchange; err is why the
@@ -388,7 +403,7 @@ func (s *bodyStream[C]) release(err error) {
 		t.discard(s.cc)
 	}
 	var zero C
-	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.cancelled = zero, nil, nil, false, false, nil
+	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.cancelled, s.down = zero, nil, nil, false, false, nil, nil
 	s.up.Reset()
 	t.streams.Put(s)
 }

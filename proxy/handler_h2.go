@@ -141,13 +141,7 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 	}
 	stripResponseHopByHop(&resp.Header, false)
 	wh := w.Header()
-	for k, v := range resp.Header.All() {
-		if string(k) == "Connection" {
-			continue // "close", kept by fasthttp apart from the other headers
-		}
-		key := string(k)
-		wh[key] = append(wh[key], string(v))
-	}
+	fillHeader(wh, &resp.Header)
 	if _, ok := wh["Content-Type"]; !ok {
 		wh["Content-Type"] = nil // the engine would guess one
 	}
@@ -169,6 +163,71 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 		_, _ = w.Write(b) // a failure is the client's, and the handler ends anyway
 	}
 	return status, nil
+}
+
+// fillHeader copies a fasthttp response header into an http.Header with
+// three allocations whatever the number of fields: one string holding
+// every value, one slice of value slices, and the keys, which for common
+// fields are constants.
+func fillHeader(dst http.Header, src *fasthttp.ResponseHeader) {
+	n, size := 0, 0
+	for k, v := range src.All() {
+		if string(k) != "Connection" {
+			n++
+			size += len(v)
+		}
+	}
+	buf := make([]byte, 0, size)
+	for k, v := range src.All() {
+		if string(k) != "Connection" {
+			buf = append(buf, v...)
+		}
+	}
+	all := string(buf)
+	vals := make([]string, n)
+	i, off := 0, 0
+	for k, v := range src.All() {
+		if string(k) == "Connection" {
+			continue // "close", kept by fasthttp apart from the other fields
+		}
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
+		key := commonHeaderKey(k)
+		if prev, ok := dst[key]; ok {
+			dst[key] = append(prev, vals[i])
+		} else {
+			dst[key] = vals[i : i+1 : i+1]
+		}
+		i++
+	}
+}
+
+// commonHeaderKey returns k as a string, without allocating for the
+// fields most responses carry.
+func commonHeaderKey(k []byte) string {
+	switch string(k) {
+	case "Content-Type":
+		return "Content-Type"
+	case "Content-Length":
+		return "Content-Length"
+	case "Date":
+		return "Date"
+	case "Server":
+		return "Server"
+	case "Cache-Control":
+		return "Cache-Control"
+	case "Etag":
+		return "Etag"
+	case "Last-Modified":
+		return "Last-Modified"
+	case "Vary":
+		return "Vary"
+	case "Set-Cookie":
+		return "Set-Cookie"
+	case "Content-Encoding":
+		return "Content-Encoding"
+	}
+	return string(k)
 }
 
 // h2ToHTTP forwards an HTTP/2 request to an h2c, h2 or auto upstream, full

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -149,5 +151,34 @@ func TestSetForwarded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFillHeader(t *testing.T) {
+	var src fasthttp.ResponseHeader
+	src.SetContentType("text/plain")
+	src.SetContentLength(5)
+	src.Add("Set-Cookie", "a=1")
+	src.Add("Set-Cookie", "b=2")
+	src.Add("X-Custom", "v")
+	src.SetConnectionClose()
+	dst := http.Header{}
+	fillHeader(dst, &src)
+	want := http.Header{
+		"Content-Type":   {"text/plain"},
+		"Content-Length": {"5"},
+		"Set-Cookie":     {"a=1", "b=2"},
+		"X-Custom":       {"v"},
+	}
+	if !reflect.DeepEqual(dst, want) {
+		t.Fatalf("got %v\nwant %v", dst, want)
+	}
+	// Appending to one field must not overwrite another's value.
+	dst["Set-Cookie"] = append(dst["Set-Cookie"], "c=3")
+	if dst["X-Custom"][0] != "v" || dst["Content-Length"][0] != "5" {
+		t.Fatalf("fields share storage: %v", dst)
+	}
+	if n := testing.AllocsPerRun(100, func() { fillHeader(http.Header{}, &src) }); n > 8 {
+		t.Errorf("%v allocations for 5 fields", n)
 	}
 }

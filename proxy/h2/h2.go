@@ -105,6 +105,9 @@ func (s *Server) Serve(ctx context.Context, c net.Conn, started func(*Conn)) {
 		started(cn)
 	}
 	h2s.ServeConn(nc, &http2.ServeConnOpts{Context: ctx, BaseConfig: base, Handler: s.Handler})
+	// x/net closes the connection when it is done; closing the seam here
+	// too makes sure its writer has ended before Serve returns.
+	nc.Close()
 	close(cn.done)
 	cn.wg.Wait()
 }

@@ -231,14 +231,12 @@ func TestGoAwayBeforeSettings(t *testing.T) {
 	if err := s.inject(goAwayFrames([8]byte{1})); err != nil {
 		t.Fatal(err)
 	}
-	if out.Len() != 0 {
-		t.Fatalf("%d bytes written before the engine's first frame", out.Len())
-	}
 	var settings bytes.Buffer
 	_ = http2.NewFramer(&settings, nil).WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
 	if _, err := s.Write(settings.Bytes()); err != nil {
 		t.Fatal(err)
 	}
+	s.Close() // writes everything gathered
 	fr := http2.NewFramer(nil, &out)
 	for i, want := range []http2.FrameType{http2.FrameSettings, http2.FrameGoAway, http2.FramePing} {
 		f, err := fr.ReadFrame()
@@ -276,6 +274,7 @@ func TestSeamInjectsAtFrameBoundaries(t *testing.T) {
 		if _, err := s.Write(engine[cut:]); err != nil {
 			t.Fatal(err)
 		}
+		s.Close()
 		r := http2.NewFramer(nil, &out)
 		var n, goaways, pings int
 		for {
@@ -311,6 +310,7 @@ func TestSeamSeesPingAck(t *testing.T) {
 	_ = fr.WriteData(1, false, []byte("hello"))
 	_ = fr.WritePing(true, [8]byte{1, 2, 3, 4, 5, 6, 7, 8})
 	s := newSeam(&recordConn{r: &in})
+	defer s.Close()
 	s.pingData = [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
 	buf := make([]byte, 3)
 	for {
@@ -354,6 +354,7 @@ type recordConn struct {
 
 func (c *recordConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c *recordConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *recordConn) Close() error                { return nil }
 
 // TestRepeatedSettingAccepted sends a SETTINGS frame that repeats
 // INITIAL_WINDOW_SIZE, which RFC 9113 allows (the last value wins) and

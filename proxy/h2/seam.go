@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"net"
+	"runtime"
 	"sync"
 
 	"golang.org/x/net/http2"
@@ -84,14 +85,28 @@ func (t *frameTracker) advance(p []byte) {
 // can be written between two of the engine's frames, and the PING's
 // acknowledgement noticed on the way in (x/net ignores an ACK of a PING it
 // did not send).
+//
+// It also gathers the engine's writes: x/net flushes after each frame it
+// writes when nothing else is queued at that moment, which makes a response
+// two system calls (HEADERS, then DATA) and a busy connection one per
+// frame. The engine's writes go to a buffer, and the seam's writer
+// goroutine writes what has gathered once the goroutines about to add to
+// it have run. A full buffer makes the engine wait, as a full socket
+// would; a failed write fails the engine's next one.
 type seam struct {
 	net.Conn
 	br *bufio.Reader // x/net reads each frame header and payload apart
 
-	wmu     sync.Mutex // serializes writes, ours and the engine's
-	out     frameTracker
-	pending []byte // frames to write at the next boundary; guarded by wmu
-	werr    error  // a failed injected write; guarded by wmu
+	wmu     sync.Mutex
+	wcond   sync.Cond    // on wmu: the buffer drained, data arrived, an error, the close
+	wbuf    []byte       // gathered, not yet written; guarded by wmu
+	spare   []byte       // the writer's last buffer, for reuse; guarded by wmu
+	out     frameTracker // over the bytes entering wbuf; guarded by wmu
+	pending []byte       // frames to add at the next boundary; guarded by wmu
+	werr    error        // the writer's failure; guarded by wmu
+	closing bool         // guarded by wmu
+	wdone   chan struct{}
+	close1  sync.Once
 
 	in       frameTracker // owned by the reading goroutine
 	preface  int          // bytes of the client preface still to pass on the way in
@@ -100,8 +115,18 @@ type seam struct {
 	ackOnce  sync.Once
 }
 
+// Write gathering bounds: the engine waits while maxGathered bytes wait
+// to be written; a buffer larger than keptBuffer is not kept for reuse.
+const (
+	maxGathered = 64 << 10
+	keptBuffer  = 16 << 10
+)
+
 func newSeam(c net.Conn) *seam {
-	s := &seam{Conn: c, br: bufio.NewReaderSize(c, readBufferSize), preface: len(http2.ClientPreface), pingAck: make(chan struct{})}
+	s := &seam{Conn: c, br: bufio.NewReaderSize(c, readBufferSize), preface: len(http2.ClientPreface),
+		pingAck: make(chan struct{}), wdone: make(chan struct{})}
+	s.wcond.L = &s.wmu
+	go s.writeLoop()
 	s.in.onHeader = func(h *[frameHeaderLen]byte) int {
 		if h[3] == framePing && h[4]&flagAck != 0 {
 			return 8
@@ -177,43 +202,100 @@ func (s *seam) settingsAhead() {
 	}
 }
 
-// Write passes the engine's bytes to the client, writing pending frames of
+// Write takes the engine's bytes for the client, adding pending frames of
 // our own before them or after them, whichever is a frame boundary first.
 // Nothing is injected before the engine's first frame (its SETTINGS, which
 // must open the connection).
 func (s *seam) Write(p []byte) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.flushPendingLocked()
-	n, err := s.Conn.Write(p)
-	s.out.advance(p[:n])
-	if err == nil {
-		s.flushPendingLocked()
+	for len(s.wbuf) >= maxGathered && s.werr == nil && !s.closing {
+		s.wcond.Wait()
 	}
-	return n, err
+	switch {
+	case s.werr != nil:
+		return 0, s.werr
+	case s.closing:
+		return 0, net.ErrClosed
+	}
+	s.addPendingLocked()
+	s.wbuf = append(s.wbuf, p...)
+	s.out.advance(p)
+	s.addPendingLocked()
+	s.wcond.Broadcast()
+	return len(p), nil
 }
 
-// inject writes frames at the next frame boundary: now if the connection
-// is between two frames, else right after the engine's current frame.
+// inject adds frames at the next frame boundary: now if the connection is
+// between two frames, else right after the engine's current frame.
 func (s *seam) inject(frames []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.pending = append(s.pending, frames...)
-	s.flushPendingLocked()
+	s.addPendingLocked()
+	s.wcond.Broadcast()
 	return s.werr
 }
 
-func (s *seam) flushPendingLocked() {
-	if len(s.pending) == 0 || s.out.frames == 0 || !s.out.atBoundary() || s.werr != nil {
+func (s *seam) addPendingLocked() {
+	if len(s.pending) == 0 || s.out.frames == 0 || !s.out.atBoundary() {
 		return
 	}
-	p := s.pending
+	s.wbuf = append(s.wbuf, s.pending...)
+	s.out.advance(s.pending)
 	s.pending = nil
-	n, err := s.Conn.Write(p)
-	s.out.advance(p[:n])
-	if err != nil {
-		s.werr = err
+}
+
+// writeLoop writes what the engine gathers, until the seam is closed and
+// everything gathered is written, or a write fails.
+func (s *seam) writeLoop() {
+	defer close(s.wdone)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for {
+		for len(s.wbuf) == 0 && !s.closing {
+			s.wcond.Wait()
+		}
+		if len(s.wbuf) == 0 {
+			return // closing, with nothing left
+		}
+		// Let the goroutines that are about to write (the engine's loop, a
+		// handler finishing its response) add to the buffer first.
+		s.wmu.Unlock()
+		runtime.Gosched()
+		s.wmu.Lock()
+		buf := s.wbuf
+		s.wbuf, s.spare = s.spare[:0], nil
+		s.wcond.Broadcast() // room for the engine again
+		s.wmu.Unlock()
+		_, err := s.Conn.Write(buf)
+		s.wmu.Lock()
+		if cap(buf) <= keptBuffer {
+			s.spare = buf[:0]
+		}
+		if err != nil {
+			s.werr = err
+			s.wbuf = nil
+			s.wcond.Broadcast()
+			return
+		}
 	}
+}
+
+// Close writes what is gathered, then closes the connection. The write is
+// bounded by the connection's write deadline; closing the connection
+// underneath (a forced close) ends it at once.
+func (s *seam) Close() error {
+	var err error
+	s.close1.Do(func() {
+		s.wmu.Lock()
+		s.closing = true
+		s.wcond.Broadcast()
+		s.wmu.Unlock()
+		<-s.wdone
+		err = s.Conn.Close()
+	})
+	return err
 }
 
 // tlsSeam is a seam over a TLS connection: x/net reads the negotiated

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ebb's tests and benchmarks need on a fresh Debian machine
-# with Go: curl, nginx, HAProxy, wrk and h2load (nghttp2-client). Safe to
-# run again: it installs only what is missing. Needs root (or sudo).
+# with Go: curl, nginx, HAProxy, wrk and h2load (nghttp2-client), and
+# h2spec with go install. Safe to run again: it installs only what is
+# missing. Needs root (or sudo) for the Debian packages.
 set -euo pipefail
 
 need=()
@@ -19,5 +20,16 @@ if [ ${#need[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# The Debian nginx package starts a server on port 80; tests start their
-# own nginx processes and need none running.
+# h2spec (HTTP/2 conformance, e2e/h2spec_test.go) is a Go program; the
+# tests look for it on $PATH, then where go install puts it. Keep the
+# version in step with h2specVersion in e2e/h2spec_test.go.
+h2spec_version="v2.2.1+incompatible"
+gobin="$(go env GOBIN)"
+[ -n "$gobin" ] || gobin="$(go env GOPATH | cut -d: -f1)/bin"
+if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$gobin/h2spec" ]; then
+	echo "e2e/deps.sh: installing h2spec $h2spec_version" >&2
+	if ! out=$(go install "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version" 2>&1); then
+		echo "$out" >&2
+		exit 1
+	fi
+fi

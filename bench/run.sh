@@ -1,38 +1,64 @@
 #!/usr/bin/env bash
-# bench/run.sh: ebb against nginx and HAProxy as HTTP/1.1 reverse proxies.
+# bench/run.sh: ebb against nginx and HAProxy as reverse proxies, over
+# HTTP/1.1 and HTTP/2 (h2c), and ebb in front of a gRPC server.
 #
-# One run measures three variants (64-byte body at 64 connections, 64 KiB
-# body at 64 connections, one-connection latency) for three proxies, with
+# One run measures up to three parts, each of one or more variants, with
 # the rounds interleaved so that drift in the machine hits every proxy
 # alike. See bench/README.md for what the figures mean.
 #
+#   h1    wrk (HTTP/1.1): 64-byte body at 64 connections, 64 KiB body at 64
+#         connections, one-connection latency; ebb, nginx, HAProxy and
+#         bench/fasthttp-bare
+#   h2c   h2load, HTTP/2 cleartext with prior knowledge, 8 connections x 16
+#         streams, 64-byte body, HTTP/1.1 to the origin; ebb, nginx, HAProxy
+#   grpc  unary gRPC calls (bench/grpc-bench) straight to a Go gRPC server
+#         ("direct") and through ebb (protocol: h2c upstream)
+#
 # Layout (2 CPUs):
-#   CPU 0: the proxy under test (ebb, nginx or HAProxy; all three run, only
-#          the one being measured gets traffic)
-#   CPU 1: the origin (nginx) and the load generator (wrk)
+#   CPU 0: the proxy under test (all of a variant's proxies run, only the
+#          one being measured gets traffic)
+#   CPU 1: the origin (nginx; the gRPC server for grpc) and the load
+#          generator (wrk, h2load or the gRPC client)
 #
 # Knobs (environment):
-#   DURATION=10   seconds per measured wrk run
+#   PARTS=h1,h2c,grpc   parts to run (any subset; commas or spaces)
+#   DURATION=10   seconds per measured run
 #   ROUNDS=5      measured runs per proxy and variant (the median is kept)
 #   WARMUP=2      seconds of unmeasured load per proxy before each variant
-#   CONNS=64      connections for the throughput variants
+#   CONNS=64      connections for the h1 throughput variants
+#   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c part)
+#   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
 #   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
 #                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
+#                 (h1 only); the grpc part measures direct and, if listed, ebb
+#   PROFILE=0     1: after the h2c rounds, profile ebb (CPU, allocations)
+#                 under one more h2load run; saved next to the report
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
-#   FASTHTTP_PORT=18083
-#   KEEP_WORK=1   keep the temporary directory (configs, logs, raw wrk output)
+#   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
+#   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
+#   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
 set -euo pipefail
 
+PARTS=${PARTS:-h1,h2c,grpc}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-2}
 CONNS=${CONNS:-64}
+H2_CONNS=${H2_CONNS:-8}
+H2_STREAMS=${H2_STREAMS:-16}
+GRPC_CONCURRENCY=${GRPC_CONCURRENCY:-"1 16"}
 PROXIES=${PROXIES:-"ebb nginx haproxy fasthttp"}
+PROFILE=${PROFILE:-0}
 ORIGIN_PORT=${ORIGIN_PORT:-18000}
 EBB_PORT=${EBB_PORT:-18080}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
 FASTHTTP_PORT=${FASTHTTP_PORT:-18083}
+NGINX_H2C_PORT=${NGINX_H2C_PORT:-18084}
+HAPROXY_H2C_PORT=${HAPROXY_H2C_PORT:-18085}
+GRPC_PORT=${GRPC_PORT:-18086}
+EBB_GRPC_PORT=${EBB_GRPC_PORT:-18087}
+EBB_ADMIN_PORT=${EBB_ADMIN_PORT:-18089}
 KEEP_WORK=${KEEP_WORK:-0}
 
 PROXY_CPU=0
@@ -50,13 +76,32 @@ die() { log "FATAL: $*"; exit 1; }
 # Preconditions
 # ---------------------------------------------------------------------------
 
-for tool in go nginx haproxy wrk curl taskset getconf pgrep; do
+declare -A WANT_PART=()
+for part in ${PARTS//,/ }; do
+	case $part in h1 | h2c | grpc) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, grpc)" ;; esac
+done
+((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
+has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
+PARTS_RUN=""
+for part in h1 h2c grpc; do
+	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
+done
+has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
+
+TOOLS=(go nginx wrk curl taskset getconf pgrep)
+has_proxy haproxy && TOOLS+=(haproxy)
+has_part h2c && TOOLS+=(h2load)
+for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
 [[ $(nproc --all) -ge 2 ]] || die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"
-[[ $DURATION =~ ^[0-9]+$ && $DURATION -gt 0 ]] || die "DURATION must be a positive integer"
-[[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "ROUNDS must be a positive integer"
+for knob in DURATION ROUNDS H2_CONNS H2_STREAMS; do
+	[[ ${!knob} =~ ^[0-9]+$ && ${!knob} -gt 0 ]] || die "$knob must be a positive integer"
+done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
+for c in $GRPC_CONCURRENCY; do
+	[[ $c =~ ^[0-9]+$ && $c -gt 0 ]] || die "GRPC_CONCURRENCY must be positive integers"
+done
 for p in $PROXIES; do
 	case $p in ebb | nginx | haproxy | fasthttp) ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
 done
@@ -150,17 +195,48 @@ check_body() {
 		die "$name: GET $path answered '$got' (status, bytes); want '200 $want'"
 }
 
+# check_h2c NAME PORT PATH BYTES: the same over HTTP/2 with prior knowledge.
+check_h2c() {
+	local name=$1 port=$2 path=$3 want=$4 got
+	got=$(curl -sS --http2-prior-knowledge --max-time 5 -o /dev/null \
+		-w '%{http_version} %{http_code} %{size_download}' "http://127.0.0.1:$port$path") ||
+		die "$name: curl --http2-prior-knowledge http://127.0.0.1:$port$path failed"
+	[[ $got == "2 200 $want" ]] ||
+		die "$name: h2c GET $path answered '$got' (HTTP version, status, bytes); want '2 200 $want'"
+}
+
 # ---------------------------------------------------------------------------
-# Build ebb
+# Build ebb (and the helpers the chosen parts need)
 # ---------------------------------------------------------------------------
 
-log "building ebb from $REPO_DIR"
-(cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
-(cd "$REPO_DIR" && go build -o "$WORK/bin/fasthttp-bare" ./bench/fasthttp-bare) || die "go build ./bench/fasthttp-bare failed"
+if has_proxy ebb; then
+	log "building ebb from $REPO_DIR"
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
+fi
+if has_proxy fasthttp; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/fasthttp-bare" ./bench/fasthttp-bare) || die "go build ./bench/fasthttp-bare failed"
+fi
+if has_part grpc; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/grpc-bench" ./bench/grpc-bench) || die "go build ./bench/grpc-bench failed"
+fi
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
-for port in "$ORIGIN_PORT" "$EBB_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$FASTHTTP_PORT"; do
+declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT)
+# ebb serves HTTP/1.1 and h2c (prior knowledge) on one port; nginx and
+# HAProxy get a second, HTTP/2-only, port.
+declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT)
+declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT)
+
+USED_PORTS=("$ORIGIN_PORT")
+for p in $PROXIES; do
+	USED_PORTS+=("${PORT[$p]}")
+	if has_part h2c && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
+done
+has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
+has_part grpc && USED_PORTS+=("$GRPC_PORT")
+has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
+for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
 	port_free "$port" || die "port $port on 127.0.0.1 is already in use"
 done
 
@@ -208,17 +284,39 @@ start_origin() {
 	check_body origin "$ORIGIN_PORT" /64k "$LARGE_BYTES"
 }
 
+# The gRPC server (grpc part): bench/grpc-bench -mode server on CPU 1, in
+# the origin's place.
+start_grpc_server() {
+	log "starting the gRPC server on 127.0.0.1:$GRPC_PORT (CPU $LOAD_CPU)"
+	mkdir -p "$WORK/grpc"
+	taskset -c "$LOAD_CPU" "$WORK/bin/grpc-bench" -mode server -addr "127.0.0.1:$GRPC_PORT" \
+		>"$WORK/grpc/server.log" 2>&1 &
+	PID[grpc-server]=$!
+	wait_port grpc-server "$GRPC_PORT" "$WORK/grpc/server.log"
+	check_grpc grpc-server "$GRPC_PORT"
+}
+
+# check_grpc NAME PORT: a short run of the gRPC client must succeed (it
+# checks that every answer echoes what it sent) without errors.
+check_grpc() {
+	local name=$1 port=$2 out
+	out=$(timeout --kill-after=5 30 "$WORK/bin/grpc-bench" -mode client -target "127.0.0.1:$port" \
+		-duration 200ms 2>&1) || { printf '%s\n' "$out" >&2; die "$name: gRPC calls to port $port failed"; }
+	[[ $out == *" errors=0 "* ]] || { printf '%s\n' "$out" >&2; die "$name: gRPC calls to port $port had errors"; }
+}
+
 # ---------------------------------------------------------------------------
 # Proxies, all on CPU 0, all with keep-alive to the origin, no logging.
 # ---------------------------------------------------------------------------
 
-declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT)
 declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log)
 
 mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp"
 
+# One listener serves HTTP/1.1 and h2c (sniffed); the cluster speaks
+# HTTP/1.1 to the origin (protocol: http1, the default).
 cat >"$WORK/ebb/ebb.yaml" <<EOF
-admin: { address: 127.0.0.1:0 }
+admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
 listeners:
   - name: bench
     address: 127.0.0.1:$EBB_PORT
@@ -232,12 +330,52 @@ telemetry:
   log: { level: warn }
 EOF
 
+# The grpc part: the same, in front of the gRPC server over h2c.
+cat >"$WORK/ebb/ebb-grpc.yaml" <<EOF
+admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
+listeners:
+  - name: grpc
+    address: 127.0.0.1:$EBB_GRPC_PORT
+    routes:
+      - match: { path_prefix: "/" }
+        cluster: grpc
+clusters:
+  - name: grpc
+    protocol: h2c
+    discovery: { static: ["127.0.0.1:$GRPC_PORT"] }
+telemetry:
+  log: { level: warn }
+EOF
+
+# The h2c front ends of nginx and HAProxy exist only when the part runs.
+NGINX_H2C_SERVER=""
+HAPROXY_H2C_FRONTEND=""
+if has_part h2c; then
+	# nginx 1.22 has no "http2 on;" (1.25.1+): "listen ... http2" without
+	# ssl is HTTP/2 with prior knowledge only.
+	NGINX_H2C_SERVER="
+    server {
+        listen 127.0.0.1:$NGINX_H2C_PORT http2;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_max_temp_file_size 0;
+        }
+    }"
+	HAPROXY_H2C_FRONTEND="
+frontend bench_h2c
+    bind 127.0.0.1:$HAPROXY_H2C_PORT proto h2
+    default_backend origin"
+fi
+
 cat >"$WORK/nginx/nginx.conf" <<EOF
 # nginx as a reverse proxy: one worker, pooled keep-alive upstream
 # connections, no access log. keepalive_requests is raised on both sides so
 # that nginx, like ebb and HAProxy, never closes a busy connection after
-# 1000 requests. proxy_max_temp_file_size 0: a 64 KiB response that does
-# not fit the default proxy buffers is streamed, not spooled to disk.
+# 1000 requests (it also caps requests per HTTP/2 connection).
+# proxy_max_temp_file_size 0: a 64 KiB response that does not fit the
+# default proxy buffers is streamed, not spooled to disk.
 worker_processes 1;
 daemon off;
 pid $WORK/nginx/nginx.pid;
@@ -254,7 +392,7 @@ http {
     scgi_temp_path        $WORK/nginx/tmp/scgi;
     upstream origin {
         server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 64;
+        keepalive 256;   # idle connections kept: above the most in flight (h2c: 8 x 16)
         keepalive_requests 1000000;
         keepalive_timeout 60s;
     }
@@ -266,7 +404,7 @@ http {
             proxy_set_header Connection "";
             proxy_max_temp_file_size 0;
         }
-    }
+    }$NGINX_H2C_SERVER
 }
 EOF
 
@@ -290,17 +428,22 @@ defaults
 frontend bench
     bind 127.0.0.1:$HAPROXY_PORT
     default_backend origin
+$HAPROXY_H2C_FRONTEND
 
 backend origin
     server origin 127.0.0.1:$ORIGIN_PORT
 EOF
 
-# start_proxy NAME: start it pinned to CPU 0 and check both bodies.
+# start_proxy NAME VARIANT: start it pinned to CPU 0 and check that it
+# answers as the variant needs (HTTP/1.1 bodies; h2c; gRPC calls).
 start_proxy() {
-	local name=$1
+	local name=$1 v=$2
+	[[ $name != direct ]] || return 0
 	case $name in
 	ebb)
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$WORK/ebb/ebb.yaml" \
+		local conf=$WORK/ebb/ebb.yaml
+		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
 		;;
 	nginx)
@@ -318,9 +461,20 @@ start_proxy() {
 		;;
 	esac
 	PID[$name]=$!
-	wait_port "$name" "${PORT[$name]}" "${LOGF[$name]}"
-	check_body "$name" "${PORT[$name]}" / "$SMALL_BYTES"
-	check_body "$name" "${PORT[$name]}" /64k "$LARGE_BYTES"
+	local port
+	port=$(target_port "$v" "$name")
+	wait_port "$name" "$port" "${LOGF[$name]}"
+	case ${V_KIND[$v]} in
+	wrk)
+		check_body "$name" "$port" / "$SMALL_BYTES"
+		check_body "$name" "$port" /64k "$LARGE_BYTES"
+		;;
+	h2load)
+		check_h2c "$name" "$port" / "$SMALL_BYTES"
+		check_h2c "$name" "$port" /64k "$LARGE_BYTES"
+		;;
+	grpc) check_grpc "$name" "$port" ;;
+	esac
 }
 
 # worker_pid NAME: the process whose memory is reported (nginx: its worker).
@@ -339,8 +493,10 @@ worker_pid() {
 # cpu_ticks NAME: utime+stime, in clock ticks, of the proxy process and its
 # live children (nginx's worker). Fields 14 and 15 of /proc/PID/stat; the
 # command name in parentheses may hold spaces, so the text up to the last
-# ")" is dropped first: then utime and stime are words 12 and 13.
+# ")" is dropped first: then utime and stime are words 12 and 13. "direct"
+# (no proxy) costs 0.
 cpu_ticks() {
+	[[ $1 != direct ]] || { echo 0; return; }
 	local root=${PID[$1]} total=0 p stat rest
 	for p in "$root" $(pgrep -P "$root" || true); do
 		{ read -r stat <"/proc/$p/stat"; } 2>/dev/null || continue
@@ -377,16 +533,41 @@ to_us() {
 	}'
 }
 
-# run_wrk OUTFILE CONNS DURATION URL: wrk pinned to CPU 1, bounded twice
-# (-d and an outer timeout in case it hangs).
-run_wrk() {
-	local out=$1 conns=$2 dur=$3 url=$4
-	timeout --kill-after=5 $((dur + 30)) \
-		taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${dur}s" --latency "$url" >"$out" 2>&1 ||
-		{ cat "$out" >&2; die "wrk failed against $url"; }
+# target_port VARIANT TARGET: the port the variant's load goes to.
+target_port() {
+	case ${V_KIND[$1]} in
+	wrk) echo "${PORT[$2]}" ;;
+	h2load) echo "${H2C_PORT[$2]}" ;;
+	grpc) echo "${GRPC_TARGET_PORT[$2]}" ;;
+	esac
 }
 
-# parse_wrk FILE: "rps requests p50_us p99_us non2xx socket_errors".
+# run_load VARIANT TARGET OUTFILE DURATION: one run of the variant's load
+# generator, pinned to CPU 1, bounded twice (its own duration and an outer
+# timeout in case it hangs).
+run_load() {
+	local v=$1 p=$2 out=$3 dur=$4 port cmd
+	port=$(target_port "$v" "$p")
+	case ${V_KIND[$v]} in
+	wrk) cmd=(wrk -t1 -c"${V_CONNS[$v]}" -d"${dur}s" --latency "http://127.0.0.1:$port${V_PATH[$v]}") ;;
+	h2load)
+		# Prior knowledge (an http:// URL); --log-file: one line per request,
+		# for the percentiles.
+		cmd=(h2load -t1 -c"$H2_CONNS" -m"$H2_STREAMS" -D"$dur" --log-file="$out.log"
+			"http://127.0.0.1:$port${V_PATH[$v]}")
+		;;
+	grpc)
+		cmd=("$WORK/bin/grpc-bench" -mode client -target "127.0.0.1:$port"
+			-duration "${dur}s" -concurrency "${V_CONNS[$v]}")
+		;;
+	esac
+	timeout --kill-after=5 $((dur + 30)) taskset -c "$LOAD_CPU" "${cmd[@]}" >"$out" 2>&1 ||
+		{ cat "$out" >&2; die "${cmd[0]##*/} failed against $p (${V_LABEL[$v]})"; }
+}
+
+# Every parse_* prints "rps requests p50_us p99_us non2xx errors".
+
+# parse_wrk FILE
 parse_wrk() {
 	local f=$1 rps reqs p50 p99 non2xx sockerr
 	rps=$(awk '/^Requests\/sec:/ { print $2 }' "$f")
@@ -400,6 +581,44 @@ parse_wrk() {
 	echo "$rps $reqs $(to_us "$p50") $(to_us "$p99") ${non2xx:-0} ${sockerr:-0}"
 }
 
+# parse_h2load FILE: the summary in FILE, the percentiles from FILE.log
+# (tab-separated: start time, status, µs to the end of the response),
+# which is then removed (it is large).
+parse_h2load() {
+	local f=$1 rps reqs non2xx errs pct
+	# "finished in 5.00s, 41234.20 req/s, 3.12MB/s"
+	rps=$(awk '/^finished in/ { print $4 }' "$f")
+	# "requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout"
+	reqs=$(awk '/^requests:/ { print $6 + 0 }' "$f")
+	errs=$(awk '/^requests:/ { print $12 + $14 }' "$f")
+	# "status codes: N 2xx, N 3xx, N 4xx, N 5xx"
+	non2xx=$(awk '/^status codes:/ { print $5 + $7 + $9 }' "$f")
+	[[ -n $rps && -n $reqs && -n $errs && -n $non2xx && -s $f.log ]] || { cat "$f" >&2; die "cannot parse h2load output $f"; }
+	[[ $reqs -gt 0 ]] || { cat "$f" >&2; die "h2load completed no request ($f)"; }
+	pct=$(cut -f3 "$f.log" | sort -n | awk '{ a[NR] = $1 } END {
+		i = int(0.50 * NR + 0.5); j = int(0.99 * NR + 0.5)
+		printf "%.1f %.1f", a[i < 1 ? 1 : i], a[j < 1 ? 1 : j] }')
+	rm -f "$f.log"
+	echo "$rps $reqs $pct $non2xx $errs"
+}
+
+# parse_grpc FILE: "requests=N errors=N seconds=S rps=R p50_us=P p99_us=P mean_us=M"
+parse_grpc() {
+	local f=$1 line
+	line=$(grep -E '^requests=' "$f" | tail -n 1) || { cat "$f" >&2; die "cannot parse grpc-bench output $f"; }
+	awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); m[kv[1]] = kv[2] }
+		print m["rps"], m["requests"], m["p50_us"], m["p99_us"], 0, m["errors"] }' <<<"$line"
+}
+
+# parse_load VARIANT FILE
+parse_load() {
+	case ${V_KIND[$1]} in
+	wrk) parse_wrk "$2" ;;
+	h2load) parse_h2load "$2" ;;
+	grpc) parse_grpc "$2" ;;
+	esac
+}
+
 # median: the median of the numbers on stdin, one per line.
 median() {
 	sort -g | awk '{ a[NR] = $1 } END {
@@ -408,22 +627,53 @@ median() {
 	}'
 }
 
-# Variants: name, path, connections, label.
-VARIANTS=(small large latency)
-declare -A V_PATH=([small]=/ [large]=/64k [latency]=/)
-declare -A V_CONNS=([small]=$CONNS [large]=$CONNS [latency]=1)
-declare -A V_LABEL=(
-	[small]="$SMALL_BYTES-byte body, $CONNS connections"
-	[large]="64 KiB body, $CONNS connections"
-	[latency]="$SMALL_BYTES-byte body, 1 connection (latency)"
-)
-
+# Variants: kind (load generator), path, connections (or calls in
+# flight), label, targets (the proxies measured, or direct).
 read -r -a PROXY_LIST <<<"$PROXIES"
-NP=${#PROXY_LIST[@]}
+VARIANTS=()
+declare -A V_KIND=() V_PATH=() V_CONNS=() V_LABEL=() V_TARGETS=()
+if has_part h1; then
+	VARIANTS+=(small large latency)
+	V_KIND+=([small]=wrk [large]=wrk [latency]=wrk)
+	V_PATH+=([small]=/ [large]=/64k [latency]=/)
+	V_CONNS+=([small]=$CONNS [large]=$CONNS [latency]=1)
+	V_LABEL+=(
+		[small]="HTTP/1.1, $SMALL_BYTES-byte body, $CONNS connections"
+		[large]="HTTP/1.1, 64 KiB body, $CONNS connections"
+		[latency]="HTTP/1.1, $SMALL_BYTES-byte body, 1 connection (latency)"
+	)
+	V_TARGETS+=([small]="${PROXY_LIST[*]}" [large]="${PROXY_LIST[*]}" [latency]="${PROXY_LIST[*]}")
+fi
+if has_part h2c; then
+	t=""
+	for p in "${PROXY_LIST[@]}"; do [[ $p == fasthttp ]] || t+=" $p"; done
+	[[ -n $t ]] || die "the h2c part needs ebb, nginx or haproxy in PROXIES"
+	VARIANTS+=(h2c)
+	V_KIND[h2c]=h2load
+	V_PATH[h2c]=/
+	V_CONNS[h2c]=$H2_CONNS
+	V_LABEL[h2c]="h2c, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
+	V_TARGETS[h2c]=${t# }
+fi
+if has_part grpc; then
+	for c in $GRPC_CONCURRENCY; do
+		v=grpc-c$c
+		plural=s
+		((c > 1)) || plural=""
+		VARIANTS+=("$v")
+		V_KIND[$v]=grpc
+		V_PATH[$v]=/
+		V_CONNS[$v]=$c
+		V_LABEL[$v]="gRPC unary, $SMALL_BYTES-byte echo, $c call$plural in flight"
+		V_TARGETS[$v]=direct
+		if has_proxy ebb; then V_TARGETS[$v]+=" ebb"; fi
+	done
+fi
+
 RUNS=$WORK/runs.tsv # one line per measured run
 printf 'variant\tround\tproxy\trps\trequests\tcpu_ticks\tcpu_us_per_req\tp50_us\tp99_us\tnon2xx\tsocket_errors\tcpu0_other_pct\n' >"$RUNS"
 declare -A RSS=() # variant,proxy -> VmHWM kB
-ERRORS=()         # runs with non-2xx responses or socket errors
+ERRORS=()         # runs with non-2xx responses or errors
 
 # steal_ticks: CPU time the hypervisor took from this machine, all CPUs
 # (field 9 of the "cpu" line of /proc/stat). A virtual machine with much
@@ -431,6 +681,47 @@ ERRORS=()         # runs with non-2xx responses or socket errors
 steal_ticks() { awk '$1 == "cpu" { print $9 }' /proc/stat; }
 STEAL0=$(steal_ticks)
 T0=$(date +%s)
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$BENCH_DIR/results"
+PROFILE_FILE=""
+
+# profile_ebb VARIANT: one more h2load run against ebb (not measured), with
+# a CPU profile of DURATION seconds taken through ebb's admin server while
+# it runs, then ebb's allocation profile (since its start: this variant).
+# Summaries go to results/<stamp>-ebb-h2c-profile.txt, the raw profiles
+# beside it.
+profile_ebb() {
+	local v=$1 port base
+	port=$(target_port "$v" ebb)
+	base=$BENCH_DIR/results/$STAMP-ebb-$v
+	log "  profiling ebb: ${DURATION}s CPU profile under h2load, then allocations"
+	timeout --kill-after=5 $((DURATION + 32)) taskset -c "$LOAD_CPU" \
+		h2load -t1 -c"$H2_CONNS" -m"$H2_STREAMS" -D$((DURATION + 2)) "http://127.0.0.1:$port${V_PATH[$v]}" \
+		>"$WORK/profile-h2load.txt" 2>&1 &
+	PID[profile-load]=$!
+	sleep 1
+	curl -sS --max-time $((DURATION + 20)) -o "$base-cpu.pprof" \
+		"http://127.0.0.1:$EBB_ADMIN_PORT/debug/pprof/profile?seconds=$DURATION" || die "cannot fetch ebb's CPU profile"
+	wait "${PID[profile-load]}" || { cat "$WORK/profile-h2load.txt" >&2; die "h2load failed during the profile"; }
+	unset "PID[profile-load]"
+	curl -sS --max-time 10 -o "$base-allocs.pprof" \
+		"http://127.0.0.1:$EBB_ADMIN_PORT/debug/pprof/allocs" || die "cannot fetch ebb's allocation profile"
+	PROFILE_FILE=$base-profile.txt
+	{
+		echo "# ebb $EBB_COMMIT$EBB_DIRTY under ${V_LABEL[$v]} (h2load -c$H2_CONNS -m$H2_STREAMS), $STAMP"
+		echo "# $(grep -E '^finished in' "$WORK/profile-h2load.txt")"
+		echo
+		echo "## CPU, by cumulative time"
+		go tool pprof -top -cum -nodecount=40 "$WORK/bin/ebb" "$base-cpu.pprof" 2>/dev/null
+		echo
+		echo "## CPU, by flat time"
+		go tool pprof -top -nodecount=40 "$WORK/bin/ebb" "$base-cpu.pprof" 2>/dev/null
+		echo
+		echo "## Allocations (alloc_space, since ebb started for this variant)"
+		go tool pprof -top -sample_index=alloc_space -nodecount=25 "$WORK/bin/ebb" "$base-allocs.pprof" 2>/dev/null
+	} >"$PROFILE_FILE"
+	log "  profile summary: $PROFILE_FILE"
+}
 
 start_origin
 
@@ -446,45 +737,57 @@ log "  origin direct: $CALIB_RPS req/s"
 
 for v in "${VARIANTS[@]}"; do
 	log "variant $v: ${V_LABEL[$v]}"
+	read -r -a TARGETS <<<"${V_TARGETS[$v]}"
+	NT=${#TARGETS[@]}
+	if [[ ${V_KIND[$v]} == grpc && -z ${PID[grpc-server]:-} ]]; then start_grpc_server; fi
 	# Fresh proxies for each variant, so that the peak RSS is this variant's.
-	for p in "${PROXY_LIST[@]}"; do start_proxy "$p"; done
+	for p in "${TARGETS[@]}"; do start_proxy "$p" "$v"; done
 	if ((WARMUP > 0)); then
-		for p in "${PROXY_LIST[@]}"; do
+		for p in "${TARGETS[@]}"; do
 			log "  warm-up $p (${WARMUP}s)"
-			run_wrk "$WORK/warmup-$v-$p.txt" "${V_CONNS[$v]}" "$WARMUP" "http://127.0.0.1:${PORT[$p]}${V_PATH[$v]}"
+			run_load "$v" "$p" "$WORK/warmup-$v-$p.txt" "$WARMUP"
+			rm -f "$WORK/warmup-$v-$p.txt.log"
 		done
 	fi
 	for ((r = 0; r < ROUNDS; r++)); do
-		# Rotate the order each round: round r starts with proxy r mod NP.
-		for ((i = 0; i < NP; i++)); do
-			p=${PROXY_LIST[$(((r + i) % NP))]}
-			out=$WORK/wrk-$v-$p-$r.txt
+		# Rotate the order each round: round r starts with target r mod NT.
+		for ((i = 0; i < NT; i++)); do
+			p=${TARGETS[$(((r + i) % NT))]}
+			out=$WORK/load-$v-$p-$r.txt
 			t0=$(cpu_ticks "$p")
 			c0=$(cpu0_ticks)
-			run_wrk "$out" "${V_CONNS[$v]}" "$DURATION" "http://127.0.0.1:${PORT[$p]}${V_PATH[$v]}"
+			run_load "$v" "$p" "$out" "$DURATION"
 			t1=$(cpu_ticks "$p")
 			c1=$(cpu0_ticks)
-			res=$(parse_wrk "$out")
-			read -r rps reqs p50 p99 non2xx sockerr <<<"$res"
+			res=$(parse_load "$v" "$out")
+			read -r rps reqs p50 p99 non2xx errs <<<"$res"
 			ticks=$((t1 - t0))
-			cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+			if [[ $p == direct ]]; then
+				cpu_us=NaN
+			else
+				cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+			fi
 			other=$(awk -v o="$((c1 - c0 - ticks))" -v hz="$CLK_TCK" -v d="$DURATION" \
 				'BEGIN { if (o < 0) o = 0; printf "%.1f", 100 * o / hz / d }')
 			printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-				"$v" "$((r + 1))" "$p" "$rps" "$reqs" "$ticks" "$cpu_us" "$p50" "$p99" "$non2xx" "$sockerr" "$other" >>"$RUNS"
+				"$v" "$((r + 1))" "$p" "$rps" "$reqs" "$ticks" "$cpu_us" "$p50" "$p99" "$non2xx" "$errs" "$other" >>"$RUNS"
 			log "  round $((r + 1))/$ROUNDS $p: $rps req/s, $cpu_us µs CPU/req, p50 ${p50} µs, p99 ${p99} µs, others on CPU $PROXY_CPU: ${other}%"
-			if [[ $non2xx != 0 || $sockerr != 0 ]]; then
-				ERRORS+=("$v round $((r + 1)) $p: $non2xx non-2xx responses, $sockerr socket errors")
-				log "  WARNING: $p: $non2xx non-2xx responses, $sockerr socket errors:"
-				grep -E 'Non-2xx|Socket errors' "$out" >&2 || true
+			if [[ $non2xx != 0 || $errs != 0 ]]; then
+				ERRORS+=("$v round $((r + 1)) $p: $non2xx non-2xx responses, $errs errors")
+				log "  WARNING: $p: $non2xx non-2xx responses, $errs errors (output: $out)"
 			fi
 		done
 	done
-	for p in "${PROXY_LIST[@]}"; do
+	for p in "${TARGETS[@]}"; do
+		[[ $p != direct ]] || continue
 		RSS[$v,$p]=$(peak_rss_kb "$p")
-		stop_pid "$p"
 	done
+	if [[ $PROFILE == 1 && ${V_KIND[$v]} == h2load && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
+		profile_ebb "$v"
+	fi
+	for p in "${TARGETS[@]}"; do stop_pid "$p"; done
 done
+stop_pid grpc-server
 
 # ---------------------------------------------------------------------------
 # Report
@@ -497,8 +800,6 @@ STEAL=$(awk -v s="$(($(steal_ticks) - STEAL0))" -v hz="$CLK_TCK" -v t="$(($(date
 OTHER_MED=$(awk -F'\t' 'NR > 1 { print $12 }' "$RUNS" | median)
 OTHER_MAX=$(awk -F'\t' 'NR > 1 && $12 > m { m = $12 } END { print m + 0 }' "$RUNS")
 
-mkdir -p "$BENCH_DIR/results"
-STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 REPORT=$BENCH_DIR/results/$STAMP.md
 
 # col VARIANT PROXY COLUMN: the median of one column of runs.tsv.
@@ -508,7 +809,8 @@ col() {
 		$1 == v && $3 == p { print $k }' "$RUNS" | median
 }
 
-has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
+# has_target VARIANT TARGET
+has_target() { [[ " ${V_TARGETS[$1]:-} " == *" $2 "* ]]; }
 
 # ratio A B: A/B to two decimals, "–" if B is missing.
 ratio() { awk -v a="$1" -v b="${2:-}" 'BEGIN { if (b == "" || b + 0 == 0) print "–"; else printf "%.2f", a / b }'; }
@@ -516,64 +818,110 @@ ratio() { awk -v a="$1" -v b="${2:-}" 'BEGIN { if (b == "" || b + 0 == 0) print 
 # fmt_us µs: 123.4 -> "123 µs", 1234.5 -> "1.23 ms".
 fmt_us() { awk -v x="$1" 'BEGIN { if (x >= 1000) printf "%.2f ms", x / 1000; else printf "%.0f µs", x }'; }
 
+# fmt_rss VARIANT PROXY: peak RSS in MiB, "–" for direct.
+fmt_rss() {
+	local k=${RSS[$1,$2]:-}
+	if [[ -z $k ]]; then echo "–"; else awk -v k="$k" 'BEGIN { printf "%.1f MiB", k / 1024 }'; fi
+}
+
+# headline VARIANT: ebb's ratios against nginx and HAProxy (and fasthttp-bare).
+headline() {
+	local v=$1 o name
+	for o in nginx haproxy fasthttp; do
+		has_target "$v" "$o" || continue
+		case $o in nginx) name=nginx ;; haproxy) name=HAProxy ;; fasthttp) name=fasthttp-bare ;; esac
+		# µs CPU/req: above 1, ebb costs more.
+		echo "ebb/$name: $(ratio "$(col "$v" ebb rps)" "$(col "$v" "$o" rps)") in req/s, $(ratio "$(col "$v" ebb cpu_us_per_req)" "$(col "$v" "$o" cpu_us_per_req)") in µs CPU/req  "
+	done
+}
+
+ORIGINS="nginx"
+has_part grpc && ORIGINS+="; the gRPC server for gRPC"
+LOADGENS="\`taskset -c $LOAD_CPU wrk -t1\`"
+has_part h2c && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS\`"
+has_part grpc && LOADGENS+=", the gRPC client"
 {
 	echo "# ebb benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo
 	echo "- ebb $EBB_COMMIT$EBB_DIRTY, $(go version | awk '{ print $3 }')"
-	echo "- $(nginx -v 2>&1 | sed 's/^nginx version: //'), HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }'), wrk $(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')"
+	# (wrk -v exits 1.)
+	tools="$(nginx -v 2>&1 | sed 's/^nginx version: //'), wrk $({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')"
+	has_proxy haproxy && tools+=", HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }')"
+	has_part h2c && tools+=", h2load $(h2load --version | awk '{ print $2 }')"
+	has_part grpc && tools+=", grpc-go $(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')"
+	echo "- $tools"
 	echo "- $(nproc --all) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r)"
-	echo "- proxy on CPU $PROXY_CPU; origin (nginx) and \`taskset -c $LOAD_CPU wrk -t1\` on CPU $LOAD_CPU"
-	echo "- ${DURATION}s per run, $ROUNDS interleaved rounds, ${WARMUP}s warm-up; figures are medians over rounds"
+	echo "- proxy on CPU $PROXY_CPU; origin ($ORIGINS) and $LOADGENS on CPU $LOAD_CPU"
+	echo "- parts: $PARTS_RUN; ${DURATION}s per run, $ROUNDS interleaved rounds, ${WARMUP}s warm-up; figures are medians over rounds"
 	echo "- other processes on CPU $PROXY_CPU during the measured runs: median $OTHER_MED%, max $OTHER_MAX%"
 	if awk -v m="$OTHER_MAX" 'BEGIN { exit !(m > 5) }'; then
 		echo "- **warning: the machine was not quiet; req/s and latency are disturbed (µs CPU/req less so)**"
 	fi
 	echo "- calibration, wrk straight to the origin ($SMALL_BYTES B, $CONNS conns, wrk on CPU $PROXY_CPU): $CALIB_RPS req/s; CPU steal during the run: $STEAL"
-	echo "- µs CPU/req: the proxy's utime+stime during the run over wrk's request count; peak RSS: VmHWM (nginx: worker) after the variant"
+	echo "- µs CPU/req: the proxy's utime+stime during the run over the requests completed; peak RSS: VmHWM (nginx: worker) after the variant"
 	for v in "${VARIANTS[@]}"; do
 		echo
 		echo "## ${V_LABEL[$v]}"
 		echo
+		if [[ ${V_KIND[$v]} == grpc ]]; then
+			echo "| path | calls/s | vs direct | µs CPU/call | p50 | p99 | peak RSS |"
+			echo "|---|---:|---:|---:|---:|---:|---:|"
+			dir=$(col "$v" direct rps)
+			for p in direct ebb; do
+				has_target "$v" "$p" || continue
+				cpu=$(col "$v" "$p" cpu_us_per_req)
+				[[ $p == direct ]] && cpu="–" || cpu=$(printf '%.2f' "$cpu")
+				printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' \
+					"$([[ $p == direct ]] && echo direct || echo "through ebb")" "$(col "$v" "$p" rps)" \
+					"$(ratio "$(col "$v" "$p" rps)" "$dir")" "$cpu" \
+					"$(fmt_us "$(col "$v" "$p" p50_us)")" "$(fmt_us "$(col "$v" "$p" p99_us)")" "$(fmt_rss "$v" "$p")"
+			done
+			if has_target "$v" ebb; then
+				echo
+				awk -v a="$(col "$v" ebb p50_us)" -v b="$(col "$v" direct p50_us)" \
+					-v c="$(col "$v" ebb p99_us)" -v d="$(col "$v" direct p99_us)" \
+					'BEGIN { printf "ebb adds %+.0f µs at p50, %+.0f µs at p99.\n", a - b, c - d }'
+			fi
+			continue
+		fi
 		echo "| proxy | req/s | vs nginx | vs HAProxy | µs CPU/req | p50 | p99 | peak RSS |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 		ngx=""
 		hap=""
-		if has_proxy nginx; then ngx=$(col "$v" nginx rps); fi
-		if has_proxy haproxy; then hap=$(col "$v" haproxy rps); fi
-		for p in "${PROXY_LIST[@]}"; do
+		if has_target "$v" nginx; then ngx=$(col "$v" nginx rps); fi
+		if has_target "$v" haproxy; then hap=$(col "$v" haproxy rps); fi
+		read -r -a TARGETS <<<"${V_TARGETS[$v]}"
+		for p in "${TARGETS[@]}"; do
 			rps=$(col "$v" "$p" rps)
-			printf '| %s | %.0f | %s | %s | %.2f | %s | %s | %.1f MiB |\n' \
+			printf '| %s | %.0f | %s | %s | %.2f | %s | %s | %s |\n' \
 				"$p" "$rps" "$(ratio "$rps" "$ngx")" "$(ratio "$rps" "$hap")" \
 				"$(col "$v" "$p" cpu_us_per_req)" "$(fmt_us "$(col "$v" "$p" p50_us)")" \
-				"$(fmt_us "$(col "$v" "$p" p99_us)")" "$(awk -v k="${RSS[$v,$p]}" 'BEGIN { print k / 1024 }')"
+				"$(fmt_us "$(col "$v" "$p" p99_us)")" "$(fmt_rss "$v" "$p")"
 		done
 	done
 	if has_proxy ebb; then
-		echo
-		echo "## Headline (${V_LABEL[small]}, req/s)"
-		echo
-		if has_proxy nginx; then
-			echo "ebb/nginx: $(ratio "$(col small ebb rps)" "$(col small nginx rps)")  "
+		if has_part h1; then
+			echo
+			echo "## Headline, ${V_LABEL[small]}"
+			echo
+			headline small
 		fi
-		if has_proxy haproxy; then
-			echo "ebb/HAProxy: $(ratio "$(col small ebb rps)" "$(col small haproxy rps)")  "
+		if has_part h2c; then
+			echo
+			echo "## Headline, ${V_LABEL[h2c]}"
+			echo
+			headline h2c
 		fi
-		# The same comparison in CPU per request (above 1: ebb costs more).
-		if has_proxy nginx; then
-			echo "µs CPU/req, ebb/nginx: $(ratio "$(col small ebb cpu_us_per_req)" "$(col small nginx cpu_us_per_req)")  "
-		fi
-		if has_proxy haproxy; then
-			echo "µs CPU/req, ebb/HAProxy: $(ratio "$(col small ebb cpu_us_per_req)" "$(col small haproxy cpu_us_per_req)")  "
-		fi
-		if has_proxy fasthttp; then
-			echo "ebb/fasthttp-bare: $(ratio "$(col small ebb rps)" "$(col small fasthttp rps)") in req/s, $(ratio "$(col small ebb cpu_us_per_req)" "$(col small fasthttp cpu_us_per_req)") in µs CPU/req  "
+		if [[ -n $PROFILE_FILE ]]; then
+			echo
+			echo "ebb's CPU and allocation profile under the h2c load: \`results/$(basename "$PROFILE_FILE")\`."
 		fi
 	fi
 	echo
 	echo "## Errors"
 	echo
 	if ((${#ERRORS[@]} == 0)); then
-		echo "wrk reported no non-2xx responses and no socket errors."
+		echo "The load generators reported no non-2xx responses and no errors."
 	else
 		for e in "${ERRORS[@]}"; do echo "- $e"; done
 	fi

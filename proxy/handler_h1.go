@@ -269,7 +269,13 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		}
 		return s
 	}
-	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header}, int(max(resp.ContentLength, -1)))
+	size := max(resp.ContentLength, -1)
+	if len(resp.Trailer) > 0 {
+		// Announced trailers need chunked framing on HTTP/1.1 (an HTTP/2
+		// response may have both a length and trailers).
+		size = -1
+	}
+	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header}, int(size))
 	return s
 }
 

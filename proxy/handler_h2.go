@@ -243,6 +243,9 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 	out.RequestURI = ""
 	out.URL.Scheme, out.URL.Host = rt.cluster.scheme, ep.addr
 	out.Host = r.Host
+	// The engine fills in the request's trailers when its body ends, in
+	// r.Trailer itself: the transport must read that map, not a copy.
+	out.Trailer = r.Trailer
 	if body != nil {
 		out.Body = io.NopCloser(body)
 	}

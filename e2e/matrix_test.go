@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -491,6 +492,29 @@ func TestMatrixTrailers(t *testing.T) {
 		got := fmt.Sprintf("X-Checksum=%q X-Late=%q", resp.Trailer.Get("X-Checksum"), resp.Trailer.Get("X-Late"))
 		if want := `X-Checksum="abc" X-Late="late"`; got != want {
 			t.Errorf("trailers %s, want %s", got, want)
+		}
+	})
+}
+
+// TestMatrixRequestTrailers has the client send a body of unknown length
+// with a trailer: the origin must receive it.
+func TestMatrixRequestTrailers(t *testing.T) {
+	run(t, func(t *testing.T, m mode) {
+		e := newEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			fmt.Fprintf(w, "%s X-Sum=%q", b, r.Trailer.Get("X-Sum"))
+		}))
+		req := newRequest(t, t.Context(), "POST", e.url("/upload"), strings.NewReader("payload"))
+		req.Trailer = http.Header{"X-Sum": nil}
+		req.ContentLength = -1
+		req.Trailer.Set("X-Sum", "42")
+		resp, body := e.exchange(t, req)
+		if want := `payload X-Sum="42"`; resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("status %d, body %q; want 200 %q", resp.StatusCode, body, want)
 		}
 	})
 }

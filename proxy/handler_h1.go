@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -227,7 +228,7 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 	}
 	for k, v := range req.Header.All() {
 		switch string(k) {
-		case "Host", "Content-Length", "Transfer-Encoding":
+		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue // framing is the transport's; Host is set above
 		}
 		key := string(k)
@@ -238,6 +239,23 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		out.ContentLength = int64(req.Header.ContentLength())
 		if out.ContentLength < 0 {
 			out.ContentLength = -1 // chunked: unknown
+			// A chunked body may end with trailers; the transport
+			// announces the names the client announced and sends what
+			// the map holds when the body ends.
+			out.Trailer = http.Header{}
+			for _, name := range req.Header.PeekTrailerKeys() {
+				out.Trailer[string(name)] = nil
+			}
+			body.onEOF = func() {
+				// The trailer section as received (Peek may find an
+				// empty header-section entry of the same name first).
+				for line := range bytes.SplitSeq(req.Header.TrailerHeader(), []byte("\r\n")) {
+					if k, v, ok := bytes.Cut(line, []byte(":")); ok {
+						k := http.CanonicalHeaderKey(string(k))
+						out.Trailer[k] = append(out.Trailer[k], string(bytes.TrimSpace(v)))
+					}
+				}
+			}
 		}
 	}
 	ep.inflight.Add(1)
@@ -354,7 +372,10 @@ type reqBody struct {
 	deadline bool // the body is still on the socket: time each read
 	timeout  time.Duration
 	eof      bool
-	err      error
+	// onEOF, if set, runs when the body has been read whole: the request's
+	// trailers have arrived then.
+	onEOF func()
+	err   error
 }
 
 var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
@@ -394,6 +415,9 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		b.eof = true
+		if b.onEOF != nil {
+			b.onEOF()
+		}
 	case err != nil:
 		b.err = err
 	}

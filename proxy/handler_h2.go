@@ -127,6 +127,21 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 	scratch := scratchPool.Get().(*[]byte)
 	*scratch = l.prepareRequest(req, clientIP, r.TLS != nil, *scratch)
 	scratchPool.Put(scratch)
+	if body != nil && len(r.Trailer) > 0 {
+		// Announced trailers follow the body: the engine fills in
+		// r.Trailer when the body ends, and fasthttp writes them after
+		// the last chunk.
+		for k := range r.Trailer {
+			_ = req.Header.AddTrailer(k) // names HTTP/1.1 forbids are dropped
+		}
+		body.onEOF = func() {
+			for k, vv := range r.Trailer {
+				for _, v := range vv {
+					req.Header.Add(k, v)
+				}
+			}
+		}
+	}
 
 	ep := rt.cluster.pick()
 	if ep == nil {

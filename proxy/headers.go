@@ -26,15 +26,16 @@ var (
 )
 
 // hopByHop lists the headers that describe one connection and so are never
-// forwarded (RFC 9110 §7.6.1), plus Proxy-Connection, which some clients
-// still send. Transfer-Encoding is absent: fasthttp parses it into the
-// body framing and writes framing anew on each side.
+// forwarded (RFC 9110 §7.6.1, and the connection-specific fields of RFC 9113
+// §8.2.2), plus Proxy-Connection, which some clients still send.
+// Transfer-Encoding is absent: fasthttp parses it into the body framing and
+// writes framing anew on each side. Trailer is absent too: it announces
+// the message's own trailer fields, end to end (RFC 9110 §6.6.2).
 var hopByHop = [...]string{
 	"Connection",
 	"Keep-Alive",
 	"Proxy-Connection",
 	"Te",
-	"Trailer",
 	"Upgrade",
 }
 
@@ -55,7 +56,7 @@ type hopMask uint8
 
 const (
 	hopConnection = 0 // index of Connection in hopByHop
-	hopUpgrade    = 5 // index of Upgrade in hopByHop
+	hopUpgrade    = 4 // index of Upgrade in hopByHop
 )
 
 // hopByHopKeys holds hopByHop as bytes, for DelBytes.

@@ -1,8 +1,22 @@
 // Package admin is ebb's admin HTTP server: liveness and readiness for
-// orchestrators, Prometheus metrics, the effective configuration and the
-// endpoints of every cluster. It
-// listens on loopback by default because it can reveal and, later, change
-// the proxy's state.
+// orchestrators, Prometheus metrics, the effective configuration, the
+// endpoints of every cluster, and the drain triggers. It listens on loopback
+// by default because it can reveal and change the proxy's state.
+//
+// Endpoints:
+//
+//	GET  /live            200 while the process runs
+//	GET  /ready           200, or 503 with the drain phase and time left
+//	GET  /metrics         Prometheus text (when Options.Metrics is set)
+//	GET  /config          the effective configuration, secrets redacted
+//	GET  /endpoints       each cluster's endpoints (when Options.Endpoints is set)
+//	     /debug/pprof/    Go's profiles
+//	POST /drain           start the drain; 202, and again 202 if already draining
+//	POST /shutdown?now    skip to the forced close; 202 (400 without ?now)
+//
+// POST /drain is what `ebb drain` calls. The state-changing endpoints refuse
+// cross-origin browser requests (403), so a web page cannot drain the proxy
+// through a developer's browser.
 package admin
 
 import (
@@ -33,7 +47,11 @@ type Options struct {
 	Config func() any
 	// Endpoints returns the endpoints of every cluster (nil: no /endpoints).
 	Endpoints func() any
-	Log       *slog.Logger
+	// Drain starts the drain (nil: no /drain). It returns at once.
+	Drain func(cause string)
+	// Shutdown skips to the forced close (nil: no /shutdown).
+	Shutdown func(cause string)
+	Log      *slog.Logger
 }
 
 // Server is the admin server.
@@ -75,9 +93,33 @@ func Start(o Options) (*Server, error) {
 	if o.Endpoints != nil {
 		mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, o.Endpoints()) })
 	}
+	if o.Drain != nil {
+		mux.HandleFunc("POST /drain", func(w http.ResponseWriter, r *http.Request) {
+			// Later triggers do not restart the drain (the controller
+			// ignores them), so a repeated POST is accepted as well.
+			o.Drain("admin /drain from " + r.RemoteAddr)
+			text(w, http.StatusAccepted, "draining")
+		})
+	}
+	if o.Shutdown != nil {
+		mux.HandleFunc("POST /shutdown", func(w http.ResponseWriter, r *http.Request) {
+			// ?now is required so that a graceful stop cannot be asked
+			// for by mistake with a forced one.
+			if !r.URL.Query().Has("now") {
+				text(w, http.StatusBadRequest, "POST /shutdown closes every connection at once and requires ?now; for a graceful stop, POST /drain")
+				return
+			}
+			o.Shutdown("admin /shutdown?now from " + r.RemoteAddr)
+			text(w, http.StatusAccepted, "closing now")
+		})
+	}
+	// A browser on the admin host must not be usable to drain the proxy
+	// from a web page: cross-origin POSTs (Sec-Fetch-Site, Origin) are
+	// refused; curl and `ebb drain` send neither header.
+	handler := http.NewCrossOriginProtection().Handler(mux)
 	s := &Server{
 		srv: &http.Server{
-			Handler:           mux,
+			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 		},
@@ -91,6 +133,12 @@ func Start(o Options) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+func text(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, msg)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -90,5 +92,109 @@ func TestStartBusyAddress(t *testing.T) {
 	_, err = Start(Options{Address: s.Addr().String(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "admin: listening on "+s.Addr().String()) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// calls records the causes passed to Drain or Shutdown.
+type calls struct {
+	mu     sync.Mutex
+	causes []string
+}
+
+func (c *calls) record(cause string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.causes = append(c.causes, cause)
+}
+
+func (c *calls) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.causes
+	c.causes = nil
+	return out
+}
+
+func TestDrainAndShutdown(t *testing.T) {
+	var drains, shutdowns calls
+	s, err := Start(Options{
+		Address:   "127.0.0.1:0",
+		Readiness: &flag{},
+		Config:    func() any { return nil },
+		Drain:     drains.record,
+		Shutdown:  shutdowns.record,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	base := "http://" + s.Addr().String()
+	tests := []struct {
+		method, path string
+		header       http.Header
+		status       int
+		body         string
+		drain, stop  string // cause prefix expected, "" for no call
+	}{
+		{method: "POST", path: "/drain", status: 202, body: "draining\n", drain: "admin /drain from 127.0.0.1:"},
+		// Again: the controller ignores later triggers; the answer is the same.
+		{method: "POST", path: "/drain", status: 202, body: "draining\n", drain: "admin /drain from 127.0.0.1:"},
+		{method: "GET", path: "/drain", status: 405},
+		{method: "PUT", path: "/drain", status: 405},
+		{method: "POST", path: "/shutdown", status: 400, body: "requires ?now; for a graceful stop, POST /drain"},
+		{method: "POST", path: "/shutdown?later", status: 400, body: "requires ?now"},
+		{method: "GET", path: "/shutdown?now", status: 405},
+		{method: "POST", path: "/shutdown?now", status: 202, body: "closing now\n", stop: "admin /shutdown?now from 127.0.0.1:"},
+		{method: "POST", path: "/shutdown?now=1", status: 202, stop: "admin /shutdown?now from "},
+		// A web page must not drain the proxy through a browser.
+		{method: "POST", path: "/drain", header: http.Header{"Sec-Fetch-Site": {"cross-site"}}, status: 403},
+		{method: "POST", path: "/shutdown?now", header: http.Header{"Origin": {"https://evil.example"}}, status: 403},
+		{method: "GET", path: "/live", header: http.Header{"Sec-Fetch-Site": {"cross-site"}}, status: 200, body: "live\n"},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, base+tt.path, nil)
+		maps.Copy(req.Header, tt.header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		name := tt.method + " " + tt.path
+		if resp.StatusCode != tt.status || !strings.Contains(string(b), tt.body) {
+			t.Errorf("%s = %d %q, want %d with %q", name, resp.StatusCode, b, tt.status, tt.body)
+		}
+		for _, c := range []struct {
+			calls *calls
+			want  string
+		}{{&drains, tt.drain}, {&shutdowns, tt.stop}} {
+			got := c.calls.take()
+			switch {
+			case c.want == "" && len(got) > 0:
+				t.Errorf("%s: unexpected call %q", name, got)
+			case c.want != "" && (len(got) != 1 || !strings.HasPrefix(got[0], c.want)):
+				t.Errorf("%s: calls %q, want one starting with %q", name, got, c.want)
+			}
+		}
+	}
+}
+
+func TestNoDrainCallbacks(t *testing.T) {
+	s, err := Start(Options{Address: "127.0.0.1:0", Readiness: &flag{}, Config: func() any { return nil },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, path := range []string{"/drain", "/shutdown?now"} {
+		resp, err := http.Post("http://"+s.Addr().String()+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("POST %s without a callback = %d, want 404", path, resp.StatusCode)
+		}
 	}
 }

@@ -1,13 +1,17 @@
-// Command ebb is a reverse proxy for HTTP/1.1 that shuts down without
-// causing client errors.
+// Command ebb is a reverse proxy for HTTP/1.1 and HTTP/2 that shuts down
+// without causing client errors.
 //
 //	ebb [run] -config ebb.yaml [-set key=value ...] [-- CMD ARGS...]
 //	ebb check -config ebb.yaml
+//	ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait] [-timeout 60s]
 //	ebb version
 //
-// Exit statuses: 0 stopped cleanly (drained); 1 configuration or start-up
-// error; 2 bad usage; 3 the drain deadline passed and connections were
-// closed by force (drain.timeout is too short for the traffic).
+// Exit statuses: 0 stopped cleanly (drained, or the watched application
+// gone with no request in flight); 1 configuration or start-up error, or
+// for ebb drain: the running ebb could not be reached, refused, or outlived
+// -timeout; 2 bad usage; 3 the drain deadline passed or a forced stop
+// (second signal, /shutdown?now) closed connections (drain.timeout is too
+// short for the traffic).
 package main
 
 import (
@@ -24,6 +28,7 @@ import (
 const (
 	exitOK     = 0
 	exitConfig = 1
+	exitFailed = 1 // ebb drain: ebb not reached, refused, or still running
 	exitUsage  = 2
 	exitForced = 3
 )
@@ -45,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args, stderr)
 	case "check":
 		return cmdCheck(args, stdout, stderr)
+	case "drain":
+		return cmdDrain(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ebb", buildVersion())
 		return exitOK
@@ -64,6 +71,14 @@ func usage(w io.Writer) {
         the signals ebb receives, and its exit starts ebb's drain
   ebb check -config ebb.yaml [-set key=value ...]
         validate the configuration and print every problem
+  ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait] [-timeout 60s]
+        ask the running ebb to drain (POST /drain on its admin server);
+        -config reads admin.address from the file; -now closes every
+        connection at once instead (POST /shutdown?now); -wait then waits
+        until ebb has exited, for at most -timeout. Kubernetes preStop exec
+        hook: "ebb drain -wait" (the pod's SIGTERM follows the hook).
+        Exit 0 accepted (with -wait: and ebb exited); 1 ebb not reached,
+        refused, or still running after -timeout
   ebb version
         print the version
 

@@ -25,6 +25,14 @@ func TestCommands(t *testing.T) {
 		{args: []string{"check", "-config", bad}, code: exitConfig, err: "bad.yaml: listeners[0].adress: unknown key (did you mean \"address\"?)"},
 		{args: []string{"run", "-config", bad}, code: exitConfig, err: "listeners[0].adress: unknown key"},
 		{args: []string{"-config", filepath.Join(dir, "missing.yaml")}, code: exitConfig, err: "missing.yaml: no such file"},
+		{args: []string{"drain", "-h"}, code: exitOK, err: "-wait"},
+		{args: []string{"drain", "-nope"}, code: exitUsage, err: "flag provided but not defined: -nope"},
+		{args: []string{"drain", "now"}, code: exitUsage, err: `ebb drain: unexpected argument "now"`},
+		{args: []string{"drain", "-admin", "127.0.0.1"}, code: exitUsage, err: `-admin: expected host:port, got "127.0.0.1"`},
+		{args: []string{"drain", "-admin", ":1", "-config", bad}, code: exitUsage, err: "-admin and -config both name the admin address"},
+		{args: []string{"drain", "-set", "admin.address=:1"}, code: exitUsage, err: "-set needs -config"},
+		{args: []string{"drain", "-timeout", "0s"}, code: exitUsage, err: "-timeout must be positive"},
+		{args: []string{"drain", "-config", bad}, code: exitConfig, err: "listeners[0].adress: unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// pollInterval is how often `ebb drain -wait` asks /live whether ebb is
+// still there.
+const pollInterval = 200 * time.Millisecond
+
+// cmdDrain asks a running ebb, through its admin server, to drain (POST
+// /drain) or to close now (POST /shutdown?now), and with -wait waits until
+// it has exited. It is meant for a Kubernetes preStop exec hook.
+func cmdDrain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ebb drain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("admin", config.DefaultAdminAddress, "admin address of the running ebb, host:port")
+	var cf configFlags
+	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
+	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	now := fs.Bool("now", false, "skip the drain: close every connection at once (POST /shutdown?now)")
+	wait := fs.Bool("wait", false, "once accepted, wait until ebb has exited")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long (the request and -wait)")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "ebb drain: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	case set["admin"] && set["config"]:
+		fmt.Fprintln(stderr, "ebb drain: -admin and -config both name the admin address; give one")
+		return exitUsage
+	case set["set"] && !set["config"]:
+		fmt.Fprintln(stderr, "ebb drain: -set needs -config")
+		return exitUsage
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "ebb drain: -timeout must be positive, got %s\n", *timeout)
+		return exitUsage
+	}
+	if set["config"] {
+		cfg, err := loadConfig(cf)
+		if err != nil {
+			printConfigError(stderr, err)
+			return exitConfig
+		}
+		*addr = cfg.Admin.Address
+	} else if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
+		fmt.Fprintf(stderr, "ebb drain: -admin: expected host:port, got %q\n", *addr)
+		return exitUsage
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	// A new connection per request: -wait must see the refusal of a new
+	// connection, not the close of a pooled one.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	path, what := "/drain", "drain"
+	if *now {
+		path, what = "/shutdown?now", "close now"
+	}
+	if err := post(ctx, client, "http://"+*addr+path); err != nil {
+		fmt.Fprintf(stderr, "ebb drain: asking ebb at %s to %s: %v\n", *addr, what, err)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "ebb at %s: accepted (%s)\n", *addr, what)
+	if !*wait {
+		return exitOK
+	}
+	if err := waitGone(ctx, client, "http://"+*addr+"/live"); err != nil {
+		fmt.Fprintf(stderr, "ebb drain: waiting for ebb at %s to exit: %v after -timeout %s\n", *addr, err, *timeout)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "ebb at %s: exited\n", *addr)
+	return exitOK
+}
+
+// post sends an empty POST and expects 202 Accepted.
+func post(ctx context.Context, client *http.Client, target string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return unwrapURL(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusAccepted {
+		msg := strings.TrimSpace(string(body))
+		if resp.StatusCode == http.StatusNotFound {
+			msg = "no such endpoint (ebb older than `ebb drain`, or not ebb)"
+		}
+		return fmt.Errorf("answered %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
+// waitGone asks target every pollInterval until the connection is refused,
+// which means ebb (and its admin server) has exited. When ctx ends first,
+// the error says what the last poll saw.
+func waitGone(ctx context.Context, client *http.Client, target string) error {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("no answer but no refusal either (%v)", last)
+			}
+			return errors.New("still running")
+		case <-tick.C:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			last = nil
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		// Anything else (a reset, a stall) is not proof that ebb is gone:
+		// ask again until refused or the timeout.
+		if ctx.Err() == nil {
+			last = unwrapURL(err)
+		}
+	}
+}
+
+// unwrapURL drops the method and URL that *url.Error repeats in front of
+// the cause; callers name the address themselves.
+func unwrapURL(err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
+	}
+	return err
+}

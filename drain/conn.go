@@ -79,12 +79,26 @@ type Conn struct {
 	// WriteTimeout, when set before the connection is served, bounds each
 	// write: a peer that stops reading cannot hold the connection forever.
 	WriteTimeout time.Duration
+	// Drainable is false for connections of outbound listeners (the local
+	// application's egress), which the drain leaves alone.
+	Drainable bool
 
 	reg    *Registry
 	proto  atomic.Int32
 	state  atomic.Int32
 	linger atomic.Bool
 	wrote  atomic.Bool // the last operation was a write
+
+	// The drain's close signal: closeReq is set at the connection's
+	// moment; onSignal is the engine's way of passing it on (HTTP/2:
+	// GOAWAY), run once, when both are there. HTTP/1 reads closeReq on
+	// each response instead.
+	closeReq  atomic.Bool
+	smu       sync.Mutex
+	onSignal  func()       // guarded by smu
+	signaled  time.Time    // guarded by smu: when closeReq was set
+	idleSince atomic.Int64 // unix nanoseconds; 0 unless idle
+	finSent   time.Time    // owned by the controller: when an idle close began
 
 	writeDeadline WriteDeadline // belongs to the writing goroutine
 	peek          [24]byte      // bytes read to recognize the protocol...
@@ -221,9 +235,68 @@ func (c *Conn) SetState(s State) {
 			return
 		}
 		if c.state.CompareAndSwap(old, int32(s)) {
+			if s == StateIdle {
+				c.idleSince.Store(time.Now().UnixNano())
+			} else {
+				c.idleSince.Store(0)
+			}
+			if c.reg != nil {
+				c.reg.changed()
+			}
 			return
 		}
 	}
+}
+
+// CloseRequested reports whether the drain has given this connection its
+// close signal. HTTP/1 engines answer with Connection: close from then on.
+func (c *Conn) CloseRequested() bool { return c.closeReq.Load() }
+
+// OnSignal registers what the engine does when the connection gets its
+// close signal (HTTP/2: the two-phase GOAWAY). If the signal has already
+// been given (a connection accepted during the drain), f runs at once.
+func (c *Conn) OnSignal(f func()) {
+	c.smu.Lock()
+	c.onSignal = f
+	run := c.closeReq.Load()
+	c.smu.Unlock()
+	if run {
+		f()
+	}
+}
+
+// signal gives the connection its close signal, once.
+func (c *Conn) signal(now time.Time) {
+	c.smu.Lock()
+	if c.closeReq.Load() {
+		c.smu.Unlock()
+		return
+	}
+	c.closeReq.Store(true)
+	c.signaled = now
+	f := c.onSignal
+	c.smu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// signaledAt returns when the connection got its close signal.
+func (c *Conn) signaledAt() time.Time {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.signaled
+}
+
+// closeWrite half-closes the connection: the peer sees the end of the
+// stream (and a pooling client drops the connection) while the engine's
+// read goes on, so that a request that crossed the FIN is not reset.
+func (c *Conn) closeWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return c.Close()
+	}
+	return cw.CloseWrite()
 }
 
 // Close closes the connection once and removes it from the registry,

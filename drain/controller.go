@@ -2,32 +2,72 @@ package drain
 
 import (
 	"context"
-	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
 )
 
-// Server is what the controller stops: the proxy, in practice.
+// Server is what the controller acts on: the proxy, in practice.
 type Server interface {
-	// Shutdown stops accepting and lets open work finish, until ctx ends.
-	Shutdown(ctx context.Context) error
-	// Close stops everything now.
+	// StopAccepting closes the inbound listeners' sockets (see
+	// drain.accept_until); outbound listeners keep accepting.
+	StopAccepting()
+	// Close stops everything now: every listener, every connection left,
+	// the upstream pools.
 	Close() error
 }
 
-// Reason says why the controller finished.
+// Phase is where the drain is on its timeline (DRAIN.md).
+type Phase int32
+
+// Phases, in order.
+const (
+	// PhaseServing: no trigger yet.
+	PhaseServing Phase = iota
+	// PhaseAnnounce: T .. T+delay; /ready says 503, nothing else changes.
+	PhaseAnnounce
+	// PhaseSignal: T+delay .. T+delay+spread; each connection gets its
+	// close signal at its own moment.
+	PhaseSignal
+	// PhaseWait: every connection has had its signal; ebb waits for one of
+	// the exit conditions.
+	PhaseWait
+	// PhaseExit: ebb is closing what is left and exiting.
+	PhaseExit
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseServing:
+		return "serving"
+	case PhaseAnnounce:
+		return "announce"
+	case PhaseSignal:
+		return "signal"
+	case PhaseWait:
+		return "wait"
+	}
+	return "exit"
+}
+
+// Reason says why the drain ended.
 type Reason string
 
 // Reasons.
 const (
-	// ReasonDrained: every connection finished before the deadline.
+	// ReasonDrained: no connection left, min_duration passed, and no new
+	// connection for quiet.
 	ReasonDrained Reason = "drained"
+	// ReasonAppGone: the watched application is gone and no request is in
+	// flight.
+	ReasonAppGone Reason = "app_gone"
 	// ReasonDeadline: drain.timeout passed and what was left was closed.
 	ReasonDeadline Reason = "deadline"
-	// ReasonForced: a second trigger asked for an immediate stop.
+	// ReasonForced: a second signal or /shutdown?now asked for an
+	// immediate stop.
 	ReasonForced Reason = "forced"
 )
 
@@ -42,10 +82,16 @@ type Result struct {
 
 // Clean reports whether the drain ended without closing anything by force;
 // ebb exits 0 exactly then.
-func (r Result) Clean() bool { return r.Reason == ReasonDrained }
+func (r Result) Clean() bool { return r.Reason == ReasonDrained || r.Reason == ReasonAppGone }
 
-// Controller runs the drain. Trigger and Force may be called from any
-// goroutine, any number of times; the first Trigger starts the drain.
+// Finishing an idle HTTP/1 connection: after its FIN, the client has this
+// long to close its side (it usually does at once) before ebb closes the
+// socket.
+const finWait = time.Second
+
+// Controller runs the drain timeline. Trigger, AppGone and Force may be
+// called from any goroutine, any number of times; the first of them starts
+// the drain.
 type Controller struct {
 	cfg config.Drain
 	reg *Registry
@@ -53,16 +99,18 @@ type Controller struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	trigger   chan struct{} // closed by the first Trigger
+	trigger   chan struct{} // closed by the first trigger
 	force     chan struct{} // closed by the first Force
+	appGone   chan struct{} // closed by the first AppGone
 	triggered time.Time     // guarded by mu
 	cause     string        // guarded by mu
 }
 
-// NewController returns a controller that will stop srv.
+// NewController returns a controller for the connections of reg, acting on
+// srv.
 func NewController(cfg config.Drain, reg *Registry, srv Server, log *slog.Logger) *Controller {
 	return &Controller{cfg: cfg, reg: reg, srv: srv, log: log,
-		trigger: make(chan struct{}), force: make(chan struct{})}
+		trigger: make(chan struct{}), force: make(chan struct{}), appGone: make(chan struct{})}
 }
 
 // Trigger starts the drain, naming its cause for the log. Later calls do
@@ -78,6 +126,20 @@ func (c *Controller) Trigger(cause string) {
 	c.triggered = time.Now()
 	c.cause = cause
 	close(c.trigger)
+}
+
+// AppGone reports that the watched application has exited: it starts the
+// drain if it has not started, and lets ebb exit as soon as no request is
+// in flight.
+func (c *Controller) AppGone(why string) {
+	c.Trigger("application gone: " + why)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.appGone:
+	default:
+		close(c.appGone)
+	}
 }
 
 // Force skips to the forced close. It also triggers the drain if needed.
@@ -104,13 +166,8 @@ func (c *Controller) Triggered() (bool, time.Time) {
 	}
 }
 
-// Phase names the drain's phase for /ready and the log.
-func (c *Controller) Phase() string {
-	if ok, _ := c.Triggered(); ok {
-		return "draining"
-	}
-	return "serving"
-}
+// Phase returns the drain's phase.
+func (c *Controller) Phase() Phase { return Phase(c.reg.Stats.Phase.Load()) }
 
 // Deadline returns when the drain will force what is left closed, if it
 // has started.
@@ -122,9 +179,20 @@ func (c *Controller) Deadline() (time.Time, bool) {
 	return at.Add(c.cfg.Timeout), true
 }
 
-// Run waits for the trigger, then stops the server gracefully within
-// drain.timeout, and returns how that went. ctx ending before the trigger
-// returns ctx's error.
+// run is one drain: its state lives here, owned by Run's goroutine.
+type run struct {
+	*Controller
+	start    time.Time
+	queue    []*Conn   // connections waiting for their moment, in order
+	moments  time.Time // when the signal phase began
+	signaled int       // how many of queue have had their moment
+	appGone  bool
+}
+
+// Run waits for the trigger, then runs the timeline of DRAIN.md until one
+// of the exit conditions, and returns how the drain ended. ctx ending
+// before the trigger returns ctx's error. Run owns no goroutine: every
+// wait is a timer or a channel in one select.
 func (c *Controller) Run(ctx context.Context) (Result, error) {
 	select {
 	case <-c.trigger:
@@ -135,43 +203,193 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	c.mu.Lock()
 	cause := c.cause
 	c.mu.Unlock()
-	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(), "timeout", c.cfg.Timeout.String())
+	r := &run{Controller: c, start: start}
+	d := c.cfg
 
-	deadline, cancel := context.WithDeadline(context.Background(), start.Add(c.cfg.Timeout))
-	defer cancel()
-	stopCtx, stopCancel := context.WithCancel(deadline)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stopCancel() // before wg.Wait: ends the watcher below
-	wg.Go(func() {
+	c.reg.watching.Store(true)
+	defer c.reg.watching.Store(false)
+	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(),
+		"delay", d.Delay.String(), "spread", d.Spread.String(), "timeout", d.Timeout.String())
+	r.enter(PhaseAnnounce)
+	if d.AcceptUntil == config.AcceptUntilImmediately {
+		c.srv.StopAccepting()
+	}
+
+	deadline := time.NewTimer(time.Until(start.Add(d.Timeout)))
+	defer deadline.Stop()
+	// step moves the timeline: the end of the announce phase, then each
+	// connection's moment, then the end of the signal phase.
+	step := time.NewTimer(time.Until(start.Add(d.Delay)))
+	defer step.Stop()
+	// wake re-examines the exit conditions and idle connections when one
+	// of them may have become due.
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
+	appGone := c.appGone
+	for {
 		select {
 		case <-c.force:
-			stopCancel()
-		case <-stopCtx.Done():
+			return r.finish(ReasonForced), nil
+		case <-deadline.C:
+			return r.finish(ReasonDeadline), nil
+		case <-step.C:
+			if next, ok := r.step(time.Now()); ok {
+				step.Reset(time.Until(next))
+			}
+		case <-appGone:
+			r.appGone, appGone = true, nil
+		case <-c.reg.kick:
+		case <-wake.C:
 		}
-	})
+		now := time.Now()
+		next := r.closeIdle(now)
+		reason, ok, due := r.exitCondition(now)
+		if ok {
+			return r.finish(reason), nil
+		}
+		if !due.IsZero() && (next.IsZero() || due.Before(next)) {
+			next = due
+		}
+		if !next.IsZero() {
+			wake.Reset(time.Until(next))
+		}
+	}
+}
 
-	err := c.srv.Shutdown(stopCtx)
-	if err == nil {
-		// The engines are done; hijacked (upgraded) connections are only
-		// known to the registry.
-		err = c.reg.WaitEmpty(stopCtx)
-	}
-	res := Result{Reason: ReasonDrained}
-	if err != nil {
-		res.Reason = ReasonDeadline
-		select {
-		case <-c.force:
-			res.Reason = ReasonForced
-		default:
+// enter moves to phase p and logs it with the counts so far.
+func (r *run) enter(p Phase) {
+	r.reg.Stats.Phase.Store(int32(p))
+	st := &r.reg.Stats
+	r.log.Info("drain phase", "phase", p.String(), "since_trigger", time.Since(r.start).Round(time.Millisecond).String(),
+		"connections", r.reg.Len(), "in_flight", r.reg.active(),
+		"close_signals_http1", st.CloseSignals[ProtoHTTP1].Load(), "close_signals_http2", st.CloseSignals[ProtoHTTP2].Load(),
+		"idle_closes", st.IdleCloses.Load(), "requests", st.Requests.Load(), "dials", st.Dials.Load())
+}
+
+// step advances the timeline at now and returns when it must be called
+// next, if ever.
+func (r *run) step(now time.Time) (time.Time, bool) {
+	d := r.cfg
+	if r.Phase() == PhaseAnnounce {
+		// The signal phase: every connection open now gets a moment,
+		// uniformly spread over the window in a random order; from now on,
+		// new connections get theirs at once (Registry.Track).
+		r.enter(PhaseSignal)
+		if d.AcceptUntil == config.AcceptUntilAfterDelay {
+			r.srv.StopAccepting()
 		}
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			c.log.Error("graceful stop failed", "err", err)
+		r.reg.signalNew.Store(true)
+		for _, c := range r.reg.Conns() {
+			if c.Drainable && !c.CloseRequested() {
+				r.queue = append(r.queue, c)
+			}
 		}
-		res.Forced = c.reg.Len()
-		c.srv.Close()
+		rand.Shuffle(len(r.queue), func(i, j int) { r.queue[i], r.queue[j] = r.queue[j], r.queue[i] })
+		r.moments = now
 	}
-	res.Took = time.Since(start)
-	c.log.Info("drain finished", "reason", string(res.Reason), "forced_closes", res.Forced, "took", res.Took.Round(time.Millisecond).String())
-	return res, nil
+	// Connection i of n has its moment at i/n of the window.
+	n := len(r.queue)
+	for r.signaled < n {
+		at := r.moments.Add(d.Spread * time.Duration(r.signaled) / time.Duration(n))
+		if at.After(now) {
+			return at, true
+		}
+		r.queue[r.signaled].signal(now)
+		r.queue[r.signaled] = nil // done with it: let a closed one go
+		r.signaled++
+	}
+	if end := r.moments.Add(d.Spread); end.After(now) {
+		return end, true
+	}
+	r.queue = nil
+	r.enter(PhaseWait)
+	return time.Time{}, false
+}
+
+// closeIdle closes the HTTP/1 connections that have been idle for
+// drain.http1.idle_close past their moment: a FIN first, so that the client
+// drops the connection from its pool (and a request crossing it is not
+// reset), then, finWait later, the socket. It returns when it must be
+// called next, or zero.
+func (r *run) closeIdle(now time.Time) time.Time {
+	ic := r.cfg.HTTP1.IdleClose
+	if r.Phase() < PhaseSignal || ic == config.Never {
+		return time.Time{}
+	}
+	var next time.Time
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, c := range r.reg.Conns() {
+		if !c.Drainable || c.Protocol() != ProtoHTTP1 || !c.CloseRequested() {
+			continue
+		}
+		if st := c.State(); st != StateIdle && st != StateNew {
+			continue
+		}
+		if !c.finSent.IsZero() {
+			if end := c.finSent.Add(finWait); now.Before(end) {
+				later(end)
+			} else {
+				c.Close()
+			}
+			continue
+		}
+		idleAt := c.signaledAt()
+		if ns := c.idleSince.Load(); ns != 0 && ns > idleAt.UnixNano() {
+			idleAt = time.Unix(0, ns)
+		}
+		if due := idleAt.Add(time.Duration(ic)); now.Before(due) {
+			later(due)
+			continue
+		}
+		c.finSent = now
+		r.reg.Stats.IdleCloses.Add(1)
+		if c.closeWrite() != nil {
+			c.Close()
+			continue
+		}
+		later(now.Add(finWait))
+	}
+	return next
+}
+
+// exitCondition reports whether ebb may exit now, and why; if not, due is
+// when that may change without any connection coming or going (zero: only
+// then).
+func (r *run) exitCondition(now time.Time) (reason Reason, ok bool, due time.Time) {
+	if r.appGone && r.reg.active() == 0 {
+		return ReasonAppGone, true, time.Time{}
+	}
+	if r.reg.Len() > 0 {
+		return "", false, time.Time{}
+	}
+	// Drained: nothing open, min_duration passed, no new connection for
+	// quiet.
+	due = r.start.Add(r.cfg.EffectiveMinDuration())
+	if q := time.Unix(0, r.reg.lastTrack.Load()).Add(r.cfg.Quiet); q.After(due) {
+		due = q
+	}
+	if !now.Before(due) {
+		return ReasonDrained, true, time.Time{}
+	}
+	return "", false, due
+}
+
+// finish closes what is left and ends the drain.
+func (r *run) finish(reason Reason) Result {
+	res := Result{Reason: reason}
+	r.enter(PhaseExit)
+	if !res.Clean() {
+		res.Forced = r.reg.Len()
+		r.reg.Stats.ForcedCloses.Add(int64(res.Forced))
+	}
+	r.srv.Close()
+	res.Took = time.Since(r.start)
+	r.log.Info("drain finished", "reason", string(res.Reason), "forced_closes", res.Forced,
+		"took", res.Took.Round(time.Millisecond).String())
+	return res
 }

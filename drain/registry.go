@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Registry knows every open downstream connection, so that a drain can act
@@ -15,23 +17,64 @@ type Registry struct {
 	// empty is closed while no connection is open; it is replaced by an open
 	// channel when the first connection arrives. Guarded by mu.
 	empty chan struct{}
+
+	// Stats counts what the drain did, for metrics.
+	Stats Stats
+
+	// lastTrack is when the last connection arrived (unix nanoseconds).
+	lastTrack atomic.Int64
+	// signalNew: the drain's signal phase has begun, so connections
+	// arriving now get their close signal at once.
+	signalNew atomic.Bool
+	// watching: the controller wants to hear of every change (kick).
+	watching atomic.Bool
+	kick     chan struct{} // capacity 1
+}
+
+// Stats counts the drain's actions. Every field is safe for concurrent use.
+type Stats struct {
+	// Phase is the drain's Phase.
+	Phase atomic.Int32
+	// CloseSignals counts, by protocol, the close signals passed on:
+	// responses sent with Connection: close because of the drain (HTTP/1)
+	// and two-phase GOAWAYs begun (HTTP/2).
+	CloseSignals [numProtocols]atomic.Int64
+	// IdleCloses counts idle HTTP/1 connections the drain closed.
+	IdleCloses atomic.Int64
+	// ForcedCloses counts connections closed at the deadline or on a
+	// forced stop.
+	ForcedCloses atomic.Int64
+	// Requests counts requests received during the drain.
+	Requests atomic.Int64
+	// Dials counts upstream connections opened during the drain.
+	Dials atomic.Int64
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	empty := make(chan struct{})
 	close(empty)
-	return &Registry{conns: make(map[*Conn]struct{}), empty: empty}
+	return &Registry{conns: make(map[*Conn]struct{}), empty: empty, kick: make(chan struct{}, 1)}
 }
 
+// Draining reports whether a drain has begun. The request path asks it to
+// count requests and dials during the drain.
+func (r *Registry) Draining() bool { return Phase(r.Stats.Phase.Load()) != PhaseServing }
+
 // Track registers an accepted connection and returns the wrapper every
-// engine must use from then on.
-func (r *Registry) Track(nc net.Conn, listener string) *Conn {
+// engine must use from then on. drainable is false for connections of
+// outbound listeners.
+func (r *Registry) Track(nc net.Conn, listener string, drainable bool) *Conn {
 	c := &Conn{
-		Conn:     nc,
-		Listener: listener,
-		ClientIP: formatIP(nc.RemoteAddr()),
-		reg:      r,
+		Conn:      nc,
+		Listener:  listener,
+		ClientIP:  formatIP(nc.RemoteAddr()),
+		Drainable: drainable,
+		reg:       r,
+	}
+	now := time.Now()
+	if drainable && r.signalNew.Load() {
+		c.signal(now)
 	}
 	r.mu.Lock()
 	if len(r.conns) == 0 {
@@ -39,6 +82,8 @@ func (r *Registry) Track(nc net.Conn, listener string) *Conn {
 	}
 	r.conns[c] = struct{}{}
 	r.mu.Unlock()
+	r.lastTrack.Store(now.UnixNano())
+	r.changed()
 	return c
 }
 
@@ -51,6 +96,19 @@ func (r *Registry) remove(c *Conn) {
 		}
 	}
 	r.mu.Unlock()
+	r.changed()
+}
+
+// changed tells a watching controller that a connection arrived, left or
+// changed state. It costs one atomic load when nobody watches.
+func (r *Registry) changed() {
+	if !r.watching.Load() {
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Len returns the number of open connections.
@@ -98,6 +156,18 @@ func (r *Registry) WaitEmpty(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// active counts the connections with requests in flight: HTTP/1 ones
+// serving a request, HTTP/2 ones with streams open.
+func (r *Registry) active() int {
+	n := 0
+	r.Each(func(c *Conn) {
+		if c.State() == StateActive {
+			n++
+		}
+	})
+	return n
 }
 
 // CloseAll closes every open connection now and returns how many it closed.

@@ -110,10 +110,25 @@ func writeConfig(t *testing.T, yaml string) string {
 // startEbb writes yaml to a file, starts "ebb run -config FILE", waits for
 // its "ebb started" log line and learns the bound addresses from the log.
 // At cleanup it stops ebb with SIGTERM and checks a clean exit.
+//
+// A configuration without a drain section gets a quick drain (no spread,
+// no minimum duration, short quiet and idle close): those tests are about
+// something else, and the default timeline (tuned for a Kubernetes pod)
+// would add seconds to each. Drain tests write their own drain section.
 func startEbb(t *testing.T, yaml string) *ebbProc {
 	t.Helper()
 	path := writeConfig(t, yaml)
-	return startEbbArgs(t, path, "run", "-config", path)
+	args := []string{"run", "-config", path}
+	if !strings.Contains(yaml, "\ndrain:") {
+		args = append(args, quickDrain...)
+	}
+	return startEbbArgs(t, path, args...)
+}
+
+// quickDrain are the -set flags of startEbb's quick drain.
+var quickDrain = []string{
+	"-set", "drain.spread=0s", "-set", "drain.min_duration=0s", "-set", "drain.quiet=50ms",
+	"-set", "drain.http1.idle_close=50ms",
 }
 
 func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
@@ -363,13 +378,22 @@ func hostPort(srv *httptest.Server) string {
 // closedPort returns a loopback address on which nothing listens.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A socket bound but not listening: connecting to it is refused, and
+	// while the test runs no other test's server can take the port (one
+	// closed at once could be handed to a parallel test's listener).
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // newClient returns a Go HTTP client with its own transport (so that

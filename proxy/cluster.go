@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
+	"github.com/ebb-proxy/ebb/drain"
 )
 
 // endpoint is one upstream address with its connection pool.
@@ -54,14 +55,15 @@ type cluster struct {
 	scheme    string      // of upstream URLs: "http" or "https"
 	tls       *tls.Config // h2 and auto clusters
 	metrics   *clusterMetrics
+	reg       *drain.Registry  // for counting dials during the drain
 	source    discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
 	// goroutine that updates the cluster.
 	lastSet atomic.Pointer[discovery.Set]
 }
 
-func newCluster(cfg config.Cluster, m *clusterMetrics, log *slog.Logger) *cluster {
-	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, scheme: upstreamScheme(cfg.Protocol),
+func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log *slog.Logger) *cluster {
+	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstreamScheme(cfg.Protocol),
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
@@ -165,6 +167,9 @@ func (c *cluster) dialContext(ctx context.Context, ep *endpoint) (net.Conn, erro
 		return nil, err
 	}
 	c.metrics.connects.Add(context.Background(), 1, c.metrics.attrs...)
+	if c.reg.Draining() {
+		c.reg.Stats.Dials.Add(1)
+	}
 	return nc, nil
 }
 

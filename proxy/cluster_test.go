@@ -7,11 +7,12 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
+	"github.com/ebb-proxy/ebb/drain"
 )
 
 func testCluster(balancer string, addrs ...string) *cluster {
 	return newCluster(config.Cluster{Name: "c", Balancer: balancer, MaxConnsPerEndpoint: 1,
-		Discovery: config.Discovery{Static: addrs}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Discovery: config.Discovery{Static: addrs}}, nil, drain.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 func TestRoundRobin(t *testing.T) {

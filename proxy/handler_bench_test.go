@@ -106,7 +106,7 @@ func BenchmarkHandlerGet(b *testing.B) {
 	client, server := net.Pipe()
 	defer client.Close()
 	reg := drain.NewRegistry()
-	conn := reg.Track(&addrConn{Conn: server}, "bench")
+	conn := reg.Track(&addrConn{Conn: server}, "bench", true)
 	var ctx fasthttp.RequestCtx
 	ctx.Init2(conn, nil, false)
 	req := func() {

@@ -31,9 +31,26 @@ const msgBodyTooLarge = "ebb: request body too large\n"
 // fires when the engine shuts down, which would abort every request in
 // flight at the start of a drain).
 func (l *listener) handle(ctx *fasthttp.RequestCtx) {
+	conn := connOf(ctx.Conn())
+	l.serveRequest(ctx, conn)
+	if conn == nil {
+		return
+	}
+	if conn.CloseRequested() && !ctx.Response.ConnectionClose() && conn.State() != drain.StateUpgraded {
+		// The drain's close signal reached this connection: this response
+		// is its last, and the client learns it in-band.
+		ctx.Response.SetConnectionClose()
+		l.p.reg.Stats.CloseSignals[drain.ProtoHTTP1].Add(1)
+	}
+	if l.p.reg.Draining() {
+		l.p.reg.Stats.Requests.Add(1)
+	}
+}
+
+// serveRequest routes, forwards and answers one request.
+func (l *listener) serveRequest(ctx *fasthttp.RequestCtx, conn *drain.Conn) {
 	start := ctx.Time()
 	const proto = drain.ProtoHTTP1
-	conn := connOf(ctx.Conn())
 	req := &ctx.Request
 	resp := &ctx.Response
 

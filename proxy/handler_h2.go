@@ -23,6 +23,9 @@ import (
 func (l *listener) serveHTTP2(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	conn, _ := r.Context().Value(connKey{}).(*drain.Conn)
+	if l.p.reg.Draining() {
+		l.p.reg.Stats.Requests.Add(1)
+	}
 	t := l.p.snap.Load().tables[l.idx]
 	if r.Method == http.MethodConnect {
 		l.rejectH2(w, r, conn, t.noRoute, "", http.StatusMethodNotAllowed, "ebb: CONNECT is not supported\n", start)

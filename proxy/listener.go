@@ -16,10 +16,11 @@ import (
 // every connection is in the registry before a byte is read, and so that
 // when to stop accepting is a drain decision, not an engine's.
 type acceptLoop struct {
-	ln       net.Listener
-	name     string
-	reg      *drain.Registry
-	dispatch func(*drain.Conn)
+	ln        net.Listener
+	name      string
+	drainable bool // inbound: its connections are drained
+	reg       *drain.Registry
+	dispatch  func(*drain.Conn)
 
 	stopOnce sync.Once
 	started  atomic.Bool   // run has begun
@@ -27,8 +28,8 @@ type acceptLoop struct {
 	done     chan struct{} // closed when run returns
 }
 
-func newAcceptLoop(ln net.Listener, name string, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
-	return &acceptLoop{ln: ln, name: name, reg: reg, dispatch: dispatch, quit: make(chan struct{}), done: make(chan struct{})}
+func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
+	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // run accepts until the socket is closed. Temporary errors (such as running
@@ -63,7 +64,7 @@ func (a *acceptLoop) run() {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		a.dispatch(a.reg.Track(nc, a.name))
+		a.dispatch(a.reg.Track(nc, a.name, a.drainable))
 	}
 }
 

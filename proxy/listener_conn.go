@@ -68,24 +68,14 @@ func (l *listener) serveConn(c *drain.Conn) {
 	}
 	c.SetProtocol(drain.ProtoHTTP2)
 	ctx := context.WithValue(context.Background(), connKey{}, c)
-	var hc *h2.Conn
-	l.h2.Serve(ctx, nc, func(c *h2.Conn) {
-		hc = c
-		l.trackH2(c)
+	l.h2.Serve(ctx, nc, func(hc *h2.Conn) {
+		// The drain's close signal, at this connection's moment (at once
+		// for a connection accepted during the drain, right after the
+		// engine's SETTINGS): the two-phase GOAWAY.
+		c.OnSignal(func() {
+			l.p.reg.Stats.CloseSignals[drain.ProtoHTTP2].Add(1)
+			hc.GoAway(l.p.goAwayGrace)
+		})
 	})
-	l.h2mu.Lock()
-	delete(l.h2conns, hc)
-	l.h2mu.Unlock()
 	nc.Close()
-}
-
-// trackH2 registers an HTTP/2 connection for shutdown; one that starts
-// while the listener shuts down is told to go away at once.
-func (l *listener) trackH2(c *h2.Conn) {
-	l.h2mu.Lock()
-	defer l.h2mu.Unlock()
-	l.h2conns[c] = struct{}{}
-	if l.closing {
-		c.GoAway(l.p.goAwayGrace)
-	}
 }

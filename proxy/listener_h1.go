@@ -34,14 +34,10 @@ type listener struct {
 	tls   *tls.Config
 
 	conns sync.WaitGroup // serveConn goroutines
-	// h2conns are the HTTP/2 connections being served, for shutdown.
-	h2mu    sync.Mutex
-	h2conns map[*h2.Conn]struct{}
-	closing bool // guarded by h2mu: shutdown has begun
 }
 
 func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
-	l := &listener{p: p, idx: idx, cfg: cfg, h2conns: map[*h2.Conn]struct{}{}}
+	l := &listener{p: p, idx: idx, cfg: cfg}
 	l.h2 = &h2.Server{
 		Handler:        http.HandlerFunc(l.serveHTTP2),
 		IdleTimeout:    cfg.Timeouts.Idle,
@@ -160,7 +156,7 @@ func (l *listener) bind() error {
 		l.certs, l.tls = certs, serverTLSConfig(certs)
 	}
 	l.chl = newChanListener(ln.Addr())
-	l.loop = newAcceptLoop(ln, l.cfg.Name, l.p.reg, func(c *drain.Conn) {
+	l.loop = newAcceptLoop(ln, l.cfg.Name, l.cfg.Role != config.RoleOutbound, l.p.reg, func(c *drain.Conn) {
 		c.WriteTimeout = l.cfg.Timeouts.Write
 		l.conns.Go(func() { l.serveConn(c) })
 	})
@@ -195,27 +191,6 @@ func (l *listener) stopAccepting() {
 	}
 }
 
-func (l *listener) shutdown(ctx context.Context) error {
-	l.stopAccepting()
-	if l.chl == nil {
-		return nil
-	}
-	l.h2mu.Lock()
-	l.closing = true
-	for c := range l.h2conns {
-		c.GoAway(l.p.goAwayGrace)
-	}
-	l.h2mu.Unlock()
-	err := l.srv.ShutdownWithContext(ctx)
-	// If Serve had not begun, fasthttp had no listener to close: closing it
-	// here makes a late Serve return at once.
-	l.chl.Close()
-	if err != nil {
-		return err
-	}
-	return waitGroup(ctx, &l.conns)
-}
-
 // close stops accepting and the HTTP/1 engine. The caller closes the
 // connections and then calls wait.
 func (l *listener) close() {
@@ -227,23 +202,6 @@ func (l *listener) close() {
 
 // wait waits for every connection's goroutine to end.
 func (l *listener) wait() { l.conns.Wait() }
-
-// waitGroup waits for wg, or until ctx ends.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		// The waiting goroutine ends with the connections, which the
-		// caller now closes.
-		return ctx.Err()
-	}
-}
 
 // fasthttpLogger sends fasthttp's own messages (malformed requests and the
 // like) to the debug log: they are about clients, not about ebb.

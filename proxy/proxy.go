@@ -79,7 +79,7 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 func (p *Proxy) build(cfg *config.Config) *snapshot {
 	s := &snapshot{clusters: make(map[string]*cluster, len(cfg.Clusters))}
 	for _, c := range cfg.Clusters {
-		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name), p.log)
+		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name), p.reg, p.log)
 	}
 	for _, l := range cfg.Listeners {
 		t := &routeTable{noRoute: p.metrics.forRoute(l.Name, "")}
@@ -186,30 +186,15 @@ func (p *Proxy) Addr(name string) net.Addr {
 	return nil
 }
 
-// StopAccepting closes every listening socket; open connections are served
-// on.
+// StopAccepting closes the sockets of the inbound listeners; open
+// connections are served on, and outbound listeners keep accepting until
+// Close.
 func (p *Proxy) StopAccepting() {
 	for _, l := range p.listeners {
-		l.stopAccepting()
+		if l.cfg.Role != config.RoleOutbound {
+			l.stopAccepting()
+		}
 	}
-}
-
-// Shutdown stops accepting, lets requests in flight finish with
-// Connection: close, closes idle connections, and waits for the engines to
-// finish or ctx to end. Safe to call more than once.
-func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	errs := make([]error, len(p.listeners))
-	var wg sync.WaitGroup
-	for i, l := range p.listeners {
-		wg.Go(func() { errs[i] = l.shutdown(ctx) })
-	}
-	wg.Wait() // each shutdown returns by the time ctx ends
-	p.wg.Wait()
-	p.closeUpstreams()
-	return errors.Join(errs...)
 }
 
 // Close stops everything now: sockets, engines and every connection.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -58,18 +57,17 @@ func TestStartFailsCleanly(t *testing.T) {
 	}
 }
 
-// Shutdown right after Start (before the engines run) returns.
-func TestShutdownRightAfterStart(t *testing.T) {
+// Close right after Start (before the engines run) returns, and the
+// proxy cannot be started again.
+func TestCloseRightAfterStart(t *testing.T) {
 	p := newTestProxy(t, testConfig("127.0.0.1:0", "127.0.0.1:0"))
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.Shutdown(ctx); err != nil {
+	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Start(); err != ErrClosed {
-		t.Fatalf("Start after Shutdown = %v, want ErrClosed", err)
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
 	}
 }

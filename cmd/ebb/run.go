@@ -62,6 +62,8 @@ func cmdRun(args []string, stderr io.Writer) int {
 		Metrics:   tel.MetricsHandler(),
 		Config:    func() any { return cfg.Map() },
 		Endpoints: func() any { return px.Endpoints() },
+		Drain:     ctl.Trigger,
+		Shutdown:  ctl.Force,
 		Log:       log,
 	})
 	if err != nil {
@@ -119,11 +121,21 @@ func cmdRun(args []string, stderr io.Writer) int {
 		wg.Go(func() {
 			select {
 			case <-child.done:
-				ctl.Trigger("application exited")
+				ctl.AppGone("the child process exited")
 			case <-watchCtx.Done():
 			}
 		})
 	}
+	// drain.app: the application watched by port, URL or PID.
+	app := drain.WatchApp(watchCtx, cfg.Drain.App, log)
+	wg.Go(func() {
+		select {
+		case <-app.Done():
+			ctl.AppGone(app.Reason())
+		case <-watchCtx.Done():
+		}
+	})
+	defer app.Wait()
 
 	res, _ := ctl.Run(context.Background())
 	stopWatching()
@@ -151,7 +163,7 @@ func (r readiness) Ready() (bool, string) {
 		return true, "ready"
 	}
 	left := max(time.Until(deadline), 0).Round(100 * time.Millisecond)
-	return false, fmt.Sprintf("%s: %s left before the deadline", r.ctl.Phase(), left)
+	return false, fmt.Sprintf("draining: phase %s, %s left before the deadline", r.ctl.Phase(), left)
 }
 
 // signalsByName maps the names drain.signals accepts to signals.

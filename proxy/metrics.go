@@ -66,7 +66,59 @@ func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
 	}, conns); err != nil {
 		return nil, fmt.Errorf("proxy: registering the connections gauge: %w", err)
 	}
+	if err := drainMetrics(m, &reg.Stats); err != nil {
+		return nil, fmt.Errorf("proxy: registering the drain metrics: %w", err)
+	}
 	return &out, nil
+}
+
+// drainMetrics exports the drain's counts, read from st at each scrape.
+func drainMetrics(m metric.Meter, st *drain.Stats) error {
+	phase, err := m.Int64ObservableGauge("ebb.drain.phase",
+		metric.WithDescription("1 for the drain's current phase (serving, announce, signal, wait, exit), 0 for the others."))
+	if err != nil {
+		return err
+	}
+	signals, err := m.Int64ObservableCounter("ebb.drain.close_signals",
+		metric.WithDescription("Close signals passed on during the drain: responses with Connection: close (http1), two-phase GOAWAYs begun (http2)."))
+	if err != nil {
+		return err
+	}
+	counters := []struct {
+		name, desc string
+		v          *atomic.Int64
+	}{
+		{"ebb.drain.idle_closes", "Idle HTTP/1 connections closed by the drain.", &st.IdleCloses},
+		{"ebb.drain.forced_closes", "Connections closed at the drain deadline or by a forced stop.", &st.ForcedCloses},
+		{"ebb.drain.requests", "Requests received during the drain.", &st.Requests},
+		{"ebb.drain.upstream_dials", "Upstream connections opened during the drain.", &st.Dials},
+	}
+	insts := []metric.Observable{phase, signals}
+	obs := make([]metric.Int64ObservableCounter, len(counters))
+	for i, c := range counters {
+		if obs[i], err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return err
+		}
+		insts = append(insts, obs[i])
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		cur := drain.Phase(st.Phase.Load())
+		for p := drain.PhaseServing; p <= drain.PhaseExit; p++ {
+			v := int64(0)
+			if p == cur {
+				v = 1
+			}
+			o.ObserveInt64(phase, v, metric.WithAttributes(attribute.String("phase", p.String())))
+		}
+		for _, proto := range []drain.Protocol{drain.ProtoHTTP1, drain.ProtoHTTP2} {
+			o.ObserveInt64(signals, st.CloseSignals[proto].Load(), metric.WithAttributes(attribute.String("protocol", proto.String())))
+		}
+		for i, c := range counters {
+			o.ObserveInt64(obs[i], c.v.Load())
+		}
+		return nil
+	}, insts...)
+	return err
 }
 
 // statusClasses are the values of the status_class attribute; index 0 is

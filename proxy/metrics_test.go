@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/drain"
@@ -48,5 +49,64 @@ func TestMetricsProduce(t *testing.T) {
 	}
 	if dp.Sum < 60 || dp.Sum > 61 {
 		t.Errorf("sum = %v s", dp.Sum)
+	}
+}
+
+func TestDrainMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	reg := drain.NewRegistry()
+	if _, err := newMetrics(mp.Meter("test"), reg); err != nil {
+		t.Fatal(err)
+	}
+	st := &reg.Stats
+	st.Phase.Store(int32(drain.PhaseSignal))
+	st.CloseSignals[drain.ProtoHTTP1].Add(3)
+	st.CloseSignals[drain.ProtoHTTP2].Add(2)
+	st.IdleCloses.Add(4)
+	st.ForcedCloses.Add(1)
+	st.Requests.Add(10)
+	st.Dials.Add(5)
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			var points []metricdata.DataPoint[int64]
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				points = d.DataPoints
+			case metricdata.Gauge[int64]:
+				points = d.DataPoints
+			}
+			for _, dp := range points {
+				key := m.Name
+				for _, kv := range dp.Attributes.ToSlice() {
+					key += " " + string(kv.Key) + "=" + kv.Value.Emit()
+				}
+				got[key] = dp.Value
+			}
+		}
+	}
+	want := map[string]int64{
+		"ebb.drain.phase phase=serving":          0,
+		"ebb.drain.phase phase=announce":         0,
+		"ebb.drain.phase phase=signal":           1,
+		"ebb.drain.phase phase=wait":             0,
+		"ebb.drain.phase phase=exit":             0,
+		"ebb.drain.close_signals protocol=http1": 3,
+		"ebb.drain.close_signals protocol=http2": 2,
+		"ebb.drain.idle_closes":                  4,
+		"ebb.drain.forced_closes":                1,
+		"ebb.drain.requests":                     10,
+		"ebb.drain.upstream_dials":               5,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %d (present %v), want %d", k, g, ok, v)
+		}
 	}
 }

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// The drain's timeline on each engine, in fake time: the controller gives
+// a connection its close signal at its moment, and the engine passes it on
+// in-band.
+
+// regServer is the drain.Server of these tests: closing closes every
+// connection, as the proxy's Close does.
+type regServer struct{ reg *drain.Registry }
+
+func (regServer) StopAccepting()   {}
+func (s regServer) Close() error { s.reg.CloseAll(); return nil }
+
+// startDrain runs a controller over reg with the given delay and no
+// spread, triggered now; stop forces it to its end and waits.
+func startDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
+	cfg := config.Drain{Delay: delay, Quiet: time.Second, Timeout: time.Minute, AcceptUntil: config.AcceptUntilExit,
+		HTTP1: config.DrainHTTP1{IdleClose: config.Never}, HTTP2: config.DrainHTTP2{GoawayGrace: time.Second}}
+	ctl := drain.NewController(cfg, reg, regServer{reg}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan struct{})
+	go func() {
+		ctl.Run(context.Background())
+		close(done)
+	}()
+	ctl.Trigger("test")
+	return func() {
+		ctl.Force("test")
+		<-done
+	}
+}
+
+// TestHTTP1CloseSignal: before the connection's moment (here T+1s)
+// responses keep the connection; from it on, each carries Connection:
+// close, counted.
+func TestHTTP1CloseSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := benchProxy(t, "127.0.0.1:1") // never dialled: CONNECT is refused
+		reg := l.p.reg
+		client, server := net.Pipe()
+		defer client.Close()
+		conn := reg.Track(&addrConn{Conn: server}, "bench", true)
+		conn.SetProtocol(drain.ProtoHTTP1)
+		var ctx fasthttp.RequestCtx
+		ctx.Init2(conn, nil, false)
+		closes := func() bool {
+			ctx.Request.Reset()
+			ctx.Response.Reset()
+			ctx.Request.Header.SetMethod("CONNECT")
+			ctx.Request.Header.SetRequestURI("example.com:443")
+			l.handle(&ctx)
+			return ctx.Response.ConnectionClose()
+		}
+		if closes() {
+			t.Fatal("Connection: close before the drain")
+		}
+		stop := startDrain(reg, time.Second)
+		defer stop()
+		time.Sleep(500 * time.Millisecond) // fake time
+		synctest.Wait()
+		if closes() {
+			t.Fatal("Connection: close during the announce phase")
+		}
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if !closes() {
+			t.Fatal("no Connection: close after the connection's moment")
+		}
+		if n, r := reg.Stats.CloseSignals[drain.ProtoHTTP1].Load(), reg.Stats.Requests.Load(); n != 1 || r != 2 {
+			t.Fatalf("%d Connection: close counted, %d requests during the drain; want 1 and 2", n, r)
+		}
+	})
+}
+
+// TestHTTP2CloseSignal: at the connection's moment the engine sends the
+// first GOAWAY and a PING; a client that does not answer the PING gets the
+// final GOAWAY after drain.http2.goaway_grace (1s).
+func TestHTTP2CloseSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := benchProxy(t, "127.0.0.1:1")
+		reg := l.p.reg
+		client, server := net.Pipe()
+		conn := reg.Track(&addrConn{Conn: server}, "bench", true)
+		served := make(chan struct{})
+		go func() {
+			l.serveConn(conn)
+			close(served)
+		}()
+		fr := http2.NewFramer(client, client)
+		// The server reads and writes on goroutines of its own, so the
+		// client can write and read on this one.
+		io.WriteString(client, http2.ClientPreface)
+		fr.WriteSettings()
+		start := time.Now()
+		// frames reads frames until one of type want, acknowledging the
+		// server's SETTINGS on the way.
+		next := func(want http2.FrameType) http2.Frame {
+			t.Helper()
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("waiting for %v: %v", want, err)
+				}
+				if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+					fr.WriteSettingsAck()
+				}
+				if f.Header().Type == want {
+					return f
+				}
+			}
+		}
+		next(http2.FrameSettings)
+		if p := conn.Protocol(); p != drain.ProtoHTTP2 {
+			t.Fatalf("protocol %v, want http2", p)
+		}
+		stop := startDrain(reg, time.Second)
+		defer stop()
+		first := next(http2.FrameGoAway).(*http2.GoAwayFrame)
+		if at := time.Since(start); at != time.Second || first.LastStreamID != 1<<31-1 {
+			t.Fatalf("first GOAWAY at %v with last stream %d; want at 1s with 2147483647", at, first.LastStreamID)
+		}
+		next(http2.FramePing) // not acknowledged
+		final := next(http2.FrameGoAway).(*http2.GoAwayFrame)
+		if at := time.Since(start); at != 2*time.Second || final.LastStreamID != 0 {
+			t.Fatalf("final GOAWAY at %v with last stream %d; want at 2s with 0", at, final.LastStreamID)
+		}
+		if n := reg.Stats.CloseSignals[drain.ProtoHTTP2].Load(); n != 1 {
+			t.Fatalf("%d GOAWAYs counted, want 1", n)
+		}
+		client.Close()
+		<-served
+	})
+}

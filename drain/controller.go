@@ -89,6 +89,10 @@ func (r Result) Clean() bool { return r.Reason == ReasonDrained || r.Reason == R
 // socket.
 const finWait = time.Second
 
+// minScan is the shortest time between two looks at every connection
+// prompted by connections changing state.
+const minScan = 10 * time.Millisecond
+
 // Controller runs the drain timeline. Trigger, AppGone and Force may be
 // called from any goroutine, any number of times; the first of them starts
 // the drain.
@@ -227,6 +231,7 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	wake.Stop()
 	defer wake.Stop()
 	appGone := c.appGone
+	var lastScan time.Time
 	for {
 		select {
 		case <-c.force:
@@ -240,9 +245,17 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 		case <-appGone:
 			r.appGone, appGone = true, nil
 		case <-c.reg.kick:
+			// Connections change state with every request: under load,
+			// look at them at most every minScan (but at once when the
+			// last one has gone).
+			if since := time.Since(lastScan); since < minScan && c.reg.Len() > 0 {
+				wake.Reset(minScan - since)
+				continue
+			}
 		case <-wake.C:
 		}
 		now := time.Now()
+		lastScan = now
 		next := r.closeIdle(now)
 		reason, ok, due := r.exitCondition(now)
 		if ok {

@@ -320,7 +320,8 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// closeIdle closes the HTTP/1 connections that have been idle for
+// closeIdle closes the HTTP/1 connections (and those that have not said
+// anything yet) that have been idle for
 // drain.http1.idle_close past their moment: a FIN first, so that the client
 // drops the connection from its pool (and a request crossing it is not
 // reset), then, finWait later, the socket. It returns when it must be
@@ -337,7 +338,10 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		}
 	}
 	for _, c := range r.reg.Conns() {
-		if !c.Drainable || c.Protocol() != ProtoHTTP1 || !c.CloseRequested() {
+		// A connection whose protocol is still unknown has sent nothing
+		// yet (clients open spare connections, browsers preconnect): it is
+		// idle like a new HTTP/1 one.
+		if p := c.Protocol(); !c.Drainable || (p != ProtoHTTP1 && p != ProtoUnknown) || !c.CloseRequested() {
 			continue
 		}
 		if st := c.State(); st != StateIdle && st != StateNew {

@@ -213,6 +213,7 @@ func TestIdleHTTP1Close(t *testing.T) {
 		idle.SetState(StateIdle)
 		busy := b.conn(ProtoHTTP1, true)
 		busy.SetState(StateActive)
+		silent := b.conn(ProtoUnknown, true) // has not sent a byte
 		b.ctl.Trigger("test")
 		// The moment is at 1s (no spread); idle_close is 1s.
 		b.sleepUntil(2*time.Second - time.Millisecond)
@@ -220,8 +221,8 @@ func TestIdleHTTP1Close(t *testing.T) {
 			t.Fatal("the idle connection was closed before idle_close past its moment")
 		}
 		b.sleepUntil(2 * time.Second)
-		if !isClosed(idle) {
-			t.Fatal("the idle connection was still open idle_close past its moment")
+		if !isClosed(idle) || !isClosed(silent) {
+			t.Fatal("an idle or silent connection was still open idle_close past its moment")
 		}
 		if isClosed(busy) {
 			t.Fatal("a connection serving a request was closed")
@@ -236,8 +237,8 @@ func TestIdleHTTP1Close(t *testing.T) {
 		if !isClosed(busy) {
 			t.Fatal("still open after being idle for idle_close past its moment")
 		}
-		if n := b.reg.Stats.IdleCloses.Load(); n != 2 {
-			t.Fatalf("%d idle closes counted, want 2", n)
+		if n := b.reg.Stats.IdleCloses.Load(); n != 3 {
+			t.Fatalf("%d idle closes counted, want 3", n)
 		}
 		res, at := b.result()
 		// Last arrival at 0s; min_duration 1s; the last close at 6s.

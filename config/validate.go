@@ -218,7 +218,7 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 			v.hostPort(key+".discovery.dns.server", d.DNS.Server)
 		}
 	case d.Kubernetes != nil:
-		v.add(key+".discovery.kubernetes", "Kubernetes discovery is not supported by this version of ebb yet (use static)")
+		v.kubernetes(key+".discovery.kubernetes", *d.Kubernetes)
 	}
 	v.positive(key+".timeouts.connect", c.Timeouts.Connect)
 	v.positive(key+".timeouts.response", c.Timeouts.Response)
@@ -226,6 +226,45 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	if c.MaxConnsPerEndpoint < 1 {
 		v.add(key+".max_conns_per_endpoint", "expected at least 1, got %d", c.MaxConnsPerEndpoint)
 	}
+}
+
+func (v *validator) kubernetes(key string, k KubernetesSrc) {
+	if k.Namespace == "" {
+		v.add(key+".namespace", "missing: the namespace of the Service")
+	} else if !dnsLabel(k.Namespace) {
+		v.add(key+".namespace", "expected a namespace name (lowercase letters, digits and '-', at most 63), got %q", k.Namespace)
+	}
+	if k.Service == "" {
+		v.add(key+".service", "missing: the name of the Service whose EndpointSlices give the endpoints")
+	} else if !dnsLabel(k.Service) {
+		v.add(key+".service", "expected a Service name (lowercase letters, digits and '-', at most 63), got %q", k.Service)
+	}
+	// Optional: without it, each slice must have exactly one port.
+	if n, err := strconv.Atoi(k.Port); err == nil {
+		if n < 1 || n > 65535 {
+			v.add(key+".port", "expected a port number from 1 to 65535 or a port name, got %d", n)
+		}
+	} else if k.Port != "" && !dnsLabel(k.Port) {
+		v.add(key+".port", "expected a port name of the Service (such as http) or a number, got %q", k.Port)
+	}
+	// Without a kubeconfig, ebb uses the pod's service account.
+	if k.Kubeconfig != "" {
+		v.file(key+".kubeconfig", k.Kubeconfig, "a kubeconfig file")
+	}
+}
+
+// dnsLabel reports whether s is an RFC 1123 label, as Kubernetes names of
+// namespaces, Services and ports are.
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 func (v *validator) drain(d Drain) {

@@ -3,8 +3,7 @@
 // when it errs. Sources know nothing about proxying: the proxy consumes
 // the sets.
 //
-// This version has the static, file and DNS sources; a Kubernetes source
-// follows the same interface.
+// This version has the static, file, DNS and Kubernetes sources.
 package discovery
 
 import (
@@ -21,6 +20,45 @@ import (
 type Endpoint struct {
 	// Address is host:port.
 	Address string
+	// State says whether the endpoint takes new requests freely or only as
+	// a last resort. The zero value is Ready.
+	State EndpointState
+}
+
+// EndpointState is the readiness of an endpoint, as far as its source knows.
+// Lower is better: a consumer merging two states of one address keeps the
+// lower.
+type EndpointState uint8
+
+const (
+	// Ready endpoints take new requests. Sources without a notion of
+	// readiness (static, file, DNS) deliver only ready endpoints.
+	Ready EndpointState = iota
+	// Serving endpoints are terminating but still serve (a Kubernetes
+	// endpoint with ready=false, serving=true, terminating=true): use them
+	// only while no ready endpoint is left, so that a Service whose pods
+	// are all being replaced keeps answering.
+	Serving
+	// Terminating endpoints are going away and no longer serve. No source
+	// in this package delivers them: an endpoint that does not serve is
+	// left out of the set, which is how a consumer learns to send it no new
+	// request while requests in flight on it finish. The state exists so
+	// that a consumer that keeps a removed endpoint around (to finish its
+	// requests, or for /endpoints) can name it.
+	Terminating
+)
+
+// String returns the state's name, for /endpoints and logs.
+func (s EndpointState) String() string {
+	switch s {
+	case Ready:
+		return "ready"
+	case Serving:
+		return "serving"
+	case Terminating:
+		return "terminating"
+	}
+	return fmt.Sprintf("EndpointState(%d)", uint8(s))
 }
 
 // Set is an immutable snapshot of a cluster's endpoints.
@@ -61,6 +99,12 @@ func New(d config.Discovery, log *slog.Logger) (Source, error) {
 		return NewFile(d.File, log), nil
 	case d.DNS != nil:
 		return NewDNS(d.DNS.Name, d.DNS.Port, d.DNS.Refresh, d.DNS.Server, log), nil
+	case d.Kubernetes != nil:
+		k, err := NewKubernetes(*d.Kubernetes, log)
+		if err != nil {
+			return nil, err // not a typed nil in a Source
+		}
+		return k, nil
 	}
 	return nil, fmt.Errorf("discovery: no supported source configured")
 }

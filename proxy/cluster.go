@@ -23,6 +23,7 @@ import (
 // request goroutine.
 type endpoint struct {
 	addr     string
+	state    atomic.Uint32 // a discovery.EndpointState
 	inflight atomic.Int64
 	rt       roundTripper    // http1 clusters
 	ht       *http.Transport // h2c, h2 and auto clusters
@@ -48,7 +49,8 @@ func (ep *endpoint) closeIdle() {
 type cluster struct {
 	name      string
 	cfg       config.Cluster
-	endpoints atomic.Pointer[[]*endpoint]
+	endpoints atomic.Pointer[[]*endpoint] // those requests go to
+	all       atomic.Pointer[[]*endpoint] // every endpoint of the last set
 	rr        atomic.Uint64
 	p2c       bool
 	netHTTP   bool        // endpoints are reached through net/http (h2c, h2, auto)
@@ -67,6 +69,7 @@ func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log 
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
+	c.all.Store(&eps)
 	if c.scheme == "https" {
 		tc, err := clientTLSConfig(cfg)
 		if err != nil {
@@ -97,24 +100,52 @@ func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log 
 // idle connections are closed, while requests in flight on them finish.
 // Updates for one cluster come from one goroutine (its source).
 func (c *cluster) setEndpoints(set discovery.Set) {
-	old := *c.endpoints.Load()
+	old := *c.all.Load()
 	byAddr := make(map[string]*endpoint, len(old))
+	wasPicked := make(map[*endpoint]bool, len(old))
 	for _, ep := range old {
 		byAddr[ep.addr] = ep
 	}
-	next := make([]*endpoint, 0, len(set.Endpoints))
-	for _, e := range set.Endpoints {
-		if ep, ok := byAddr[e.Address]; ok {
-			next = append(next, ep)
-			delete(byAddr, e.Address)
-			continue
-		}
-		next = append(next, c.newEndpoint(e.Address))
+	for _, ep := range *c.endpoints.Load() {
+		wasPicked[ep] = true
 	}
-	c.endpoints.Store(&next)
+	all := make([]*endpoint, 0, len(set.Endpoints))
+	var ready []*endpoint
+	for _, e := range set.Endpoints {
+		ep, ok := byAddr[e.Address]
+		if ok {
+			delete(byAddr, e.Address)
+		} else {
+			ep = c.newEndpoint(e.Address)
+		}
+		ep.state.Store(uint32(e.State))
+		all = append(all, ep)
+		if e.State == discovery.Ready {
+			ready = append(ready, ep)
+		}
+	}
+	// Terminating (still serving) endpoints take requests only while no
+	// ready endpoint is left.
+	picked := ready
+	if len(picked) == 0 {
+		picked = all
+	}
+	c.all.Store(&all)
+	c.endpoints.Store(&picked)
 	c.lastSet.Store(&set)
 	for _, gone := range byAddr {
 		gone.closeIdle()
+	}
+	// One that no longer takes requests (it is terminating while others
+	// are ready) lets go of its idle connections too.
+	isPicked := make(map[*endpoint]bool, len(picked))
+	for _, ep := range picked {
+		isPicked[ep] = true
+	}
+	for _, ep := range all {
+		if wasPicked[ep] && !isPicked[ep] {
+			ep.closeIdle()
+		}
 	}
 }
 
@@ -203,7 +234,7 @@ func (c *cluster) pick() *endpoint {
 
 // close closes the idle upstream connections of every endpoint.
 func (c *cluster) close() {
-	for _, ep := range *c.endpoints.Load() {
+	for _, ep := range *c.all.Load() {
 		ep.closeIdle()
 	}
 }

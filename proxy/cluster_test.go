@@ -66,3 +66,35 @@ func TestSetEndpointsKeepsSurvivors(t *testing.T) {
 		t.Fatalf("after update: %v", eps)
 	}
 }
+
+// TestTerminatingEndpointsOnlyAsLastResort: endpoints that are terminating
+// but still serving take requests only while no ready endpoint is left;
+// /endpoints shows every endpoint with its state.
+func TestTerminatingEndpointsOnlyAsLastResort(t *testing.T) {
+	c := testCluster(config.BalancerRoundRobin, "a:1")
+	set := func(eps ...discovery.Endpoint) { c.setEndpoints(discovery.Set{Endpoints: eps}) }
+	picks := func() map[string]bool {
+		got := map[string]bool{}
+		for range 10 {
+			if ep := c.pick(); ep != nil {
+				got[ep.addr] = true
+			}
+		}
+		return got
+	}
+	set(discovery.Endpoint{Address: "a:1", State: discovery.Serving}, discovery.Endpoint{Address: "b:1"})
+	if got := picks(); len(got) != 1 || !got["b:1"] {
+		t.Fatalf("with b ready and a terminating, picked %v; want only b", got)
+	}
+	if n := len(*c.all.Load()); n != 2 {
+		t.Fatalf("%d endpoints known, want 2", n)
+	}
+	set(discovery.Endpoint{Address: "a:1", State: discovery.Serving}, discovery.Endpoint{Address: "b:1", State: discovery.Serving})
+	if got := picks(); len(got) != 2 {
+		t.Fatalf("with every endpoint terminating, picked %v; want both", got)
+	}
+	set(discovery.Endpoint{Address: "a:1"}, discovery.Endpoint{Address: "b:1", State: discovery.Serving})
+	if got := picks(); len(got) != 1 || !got["a:1"] {
+		t.Fatalf("with a ready again, picked %v; want only a", got)
+	}
+}

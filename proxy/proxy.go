@@ -23,6 +23,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
 )
 
@@ -137,7 +138,10 @@ type ClusterState struct {
 
 // EndpointState is what /endpoints shows of one endpoint.
 type EndpointState struct {
-	Address  string `json:"address"`
+	Address string `json:"address"`
+	// State is ready, serving (terminating, used only while no endpoint
+	// is ready) or terminating.
+	State    string `json:"state"`
 	InFlight int64  `json:"in_flight"`
 }
 
@@ -150,8 +154,9 @@ func (p *Proxy) Endpoints() []ClusterState {
 		if set := c.lastSet.Load(); set != nil {
 			st.Source, st.Updated = set.Source, set.Updated
 		}
-		for _, ep := range *c.endpoints.Load() {
-			st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr, InFlight: ep.inflight.Load()})
+		for _, ep := range *c.all.Load() {
+			st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr,
+				State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load()})
 		}
 		out = append(out, st)
 	}

@@ -192,15 +192,15 @@ func (c *cluster) dial(ep *endpoint) (*upConn, error) {
 // dialContext opens and counts a TCP connection to ep; net/http's
 // Transport calls it directly.
 func (c *cluster) dialContext(ctx context.Context, ep *endpoint) (net.Conn, error) {
+	if c.reg.Draining() {
+		c.reg.Stats.Dials.Add(1) // attempts: a failed one is worth seeing too
+	}
 	nc, err := ep.dialer.DialContext(ctx, "tcp", ep.addr)
 	if err != nil {
 		c.metrics.connectErrors.Add(context.Background(), 1, c.metrics.attrs...)
 		return nil, err
 	}
 	c.metrics.connects.Add(context.Background(), 1, c.metrics.attrs...)
-	if c.reg.Draining() {
-		c.reg.Stats.Dials.Add(1)
-	}
 	return nc, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -13,11 +14,17 @@ import (
 const childStopGrace = 10 * time.Second
 
 // child is the application started by "ebb run -- CMD ARGS". It receives
-// the signals ebb receives; its exit starts ebb's drain.
+// the signals ebb receives, the first one once ebb has drained (the
+// application behind ebb must keep serving while clients are moved away),
+// a second one at once; its exit starts ebb's drain, and ends it as soon as
+// no request is in flight.
 type child struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
 	err  error         // the exit error, set before done closes
+
+	mu       sync.Mutex
+	deferred os.Signal // the signal stop passes on; guarded by mu
 }
 
 func startChild(args []string, log *slog.Logger) (*child, error) {
@@ -48,8 +55,20 @@ func (c *child) signal(s os.Signal) {
 	}
 }
 
-// stop ends the application if it is still running: SIGTERM, then SIGKILL
-// after childStopGrace. It returns once the process is gone.
+// deferSignal records the signal stop will pass on (instead of SIGTERM).
+// A nil child ignores it.
+func (c *child) deferSignal(s os.Signal) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deferred = s
+}
+
+// stop ends the application if it is still running: the signal ebb
+// received (SIGTERM if none), then SIGKILL after childStopGrace. It returns
+// once the process is gone.
 func (c *child) stop(log *slog.Logger) {
 	if c == nil {
 		return
@@ -59,7 +78,14 @@ func (c *child) stop(log *slog.Logger) {
 		return
 	default:
 	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.mu.Lock()
+	var s os.Signal = syscall.SIGTERM
+	if c.deferred != nil {
+		s = c.deferred
+	}
+	c.mu.Unlock()
+	log.Info("stopping the application", "pid", c.cmd.Process.Pid, "signal", s.String())
+	c.cmd.Process.Signal(s)
 	t := time.NewTimer(childStopGrace)
 	defer t.Stop()
 	select {

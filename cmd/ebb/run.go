@@ -104,14 +104,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 				signals++
 				name := signalName(s)
 				if signals == 1 {
+					// The child gets this signal once ebb has drained
+					// (child.stop): until then it serves the requests
+					// ebb still receives.
+					child.deferSignal(s)
 					ctl.Trigger("signal " + name)
 				} else {
 					log.Warn("second signal: closing now", "signal", name)
 					ctl.Force("signal " + name)
+					child.signal(s)
 				}
-				// The child receives what ebb receives, once ebb has
-				// acted on it (so its exit cannot look like the cause).
-				child.signal(s)
 			case <-watchCtx.Done():
 				return
 			}

@@ -1,0 +1,711 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// vip is a simulated Kubernetes Service VIP (kube-proxy, IPVS or iptables
+// mode) in the test process: it accepts TCP connections on 127.0.0.1:0 and
+// forwards each, byte for byte in both directions, to one backend chosen
+// round-robin among those listed when the connection arrived. A connection
+// stays pinned to its backend when the list changes (setBackends), as
+// conntrack keeps it. A half-close from either side is passed on as a
+// half-close, a close or reset as a close; a backend that refuses the
+// connection is passed on as a reset, as a DNAT to a gone pod would be.
+//
+// ln is read-only after newVIP. wg counts the accept loop and each
+// connection's forwarding goroutine (which owns the goroutine of its second
+// direction); close waits for them. Everything else is guarded by mu.
+type vip struct {
+	ln *net.TCPListener
+	wg sync.WaitGroup
+
+	mu       sync.Mutex
+	backends []string                   // the listed backends
+	next     int                        // round-robin cursor
+	pairs    map[*vipPair]struct{}      // connections being forwarded
+	stats    map[string]*vipBackendStat // by backend address
+	noRoute  int                        // connections refused: empty list
+	closed   bool
+	// changed is closed, and replaced, whenever a connection is routed,
+	// forwarded or ended (see await).
+	changed chan struct{}
+}
+
+// vipPair is one forwarded connection: the client's side and the backend's.
+type vipPair struct {
+	client, backend *net.TCPConn
+}
+
+func (p *vipPair) close() {
+	p.client.Close()
+	p.backend.Close()
+}
+
+// vipBackendStat is what the VIP saw of one backend.
+type vipBackendStat struct {
+	routed     []time.Time // when each connection was sent to it
+	open       int         // connections being forwarded now
+	dialErrors []string    // connections it refused
+	lastEnd    time.Time   // when the last of its connections ended
+	// silent counts the connections that ended without the client having
+	// sent a byte (a pool's spare dial, a preconnect), and lastSilentEnd
+	// is when the last of them ended.
+	silent        int
+	lastSilentEnd time.Time
+}
+
+// newVIP starts a VIP listing backends; it is closed at cleanup.
+func newVIP(t *testing.T, backends ...string) *vip {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &vip{ln: ln, pairs: map[*vipPair]struct{}{}, stats: map[string]*vipBackendStat{}, changed: make(chan struct{})}
+	v.setBackends(backends...)
+	v.wg.Go(v.acceptLoop)
+	t.Cleanup(v.close)
+	return v
+}
+
+// addr returns the VIP's host:port.
+func (v *vip) addr() string { return v.ln.Addr().String() }
+
+// setBackends replaces the list new connections are spread over; the
+// connections already forwarded keep their backend.
+func (v *vip) setBackends(backends ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.backends = append([]string(nil), backends...)
+	for _, b := range backends {
+		v.statLocked(b)
+	}
+}
+
+func (v *vip) statLocked(backend string) *vipBackendStat {
+	s, ok := v.stats[backend]
+	if !ok {
+		s = &vipBackendStat{}
+		v.stats[backend] = s
+	}
+	return s
+}
+
+// stat returns a copy of what the VIP saw of backend.
+func (v *vip) stat(backend string) vipBackendStat {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := *v.statLocked(backend)
+	s.routed = append([]time.Time(nil), s.routed...)
+	s.dialErrors = append([]string(nil), s.dialErrors...)
+	return s
+}
+
+// changedLocked wakes the callers of await.
+func (v *vip) changedLocked() {
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// await waits up to d for cond to hold for what the VIP saw of backend,
+// and reports whether it did.
+func (v *vip) await(backend string, d time.Duration, cond func(vipBackendStat) bool) bool {
+	timeout, stop := after(d)
+	defer stop()
+	for {
+		v.mu.Lock()
+		ok := cond(*v.statLocked(backend))
+		changed := v.changed
+		v.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+// refusedNoRoute returns how many connections arrived while no backend was
+// listed.
+func (v *vip) refusedNoRoute() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.noRoute
+}
+
+// routedSince counts the connections sent to the backend at or after t.
+func (s vipBackendStat) routedSince(t time.Time) int {
+	n := 0
+	for _, at := range s.routed {
+		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+func (v *vip) acceptLoop() {
+	for {
+		c, err := v.ln.AcceptTCP()
+		if err != nil {
+			return // closed
+		}
+		backend, ok := v.route()
+		if !ok {
+			c.SetLinger(0) // a reset, as for a Service without endpoints
+			c.Close()
+			continue
+		}
+		v.wg.Go(func() { v.forward(c, backend) })
+	}
+}
+
+// route picks the backend of a new connection, round-robin.
+func (v *vip) route() (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.backends) == 0 {
+		v.noRoute++
+		return "", false
+	}
+	b := v.backends[v.next%len(v.backends)]
+	v.next++
+	s := v.statLocked(b)
+	s.routed = append(s.routed, time.Now())
+	v.changedLocked()
+	return b, true
+}
+
+// forward connects client to backend and copies both ways until both
+// directions have ended.
+func (v *vip) forward(client *net.TCPConn, backend string) {
+	nc, err := net.DialTimeout("tcp", backend, waitTimeout)
+	if err != nil {
+		v.mu.Lock()
+		s := v.statLocked(backend)
+		s.dialErrors = append(s.dialErrors, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+		v.changedLocked()
+		v.mu.Unlock()
+		client.SetLinger(0)
+		client.Close()
+		return
+	}
+	p := &vipPair{client: client, backend: nc.(*net.TCPConn)}
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		p.close()
+		return
+	}
+	v.pairs[p] = struct{}{}
+	v.statLocked(backend).open++
+	v.changedLocked()
+	v.mu.Unlock()
+
+	var up sync.WaitGroup
+	var sent int64
+	up.Go(func() { sent = vipPipe(p.backend, p.client, p) })
+	vipPipe(p.client, p.backend, p)
+	up.Wait()
+	p.close()
+
+	now := time.Now()
+	v.mu.Lock()
+	delete(v.pairs, p)
+	s := v.statLocked(backend)
+	s.open--
+	s.lastEnd = now
+	if sent == 0 {
+		s.silent++
+		s.lastSilentEnd = now
+	}
+	v.changedLocked()
+	v.mu.Unlock()
+}
+
+// vipPipe copies src to dst. The end of src's stream (a FIN) is passed on
+// as a half-close of dst; an error on either side (a reset, a peer gone)
+// closes both connections. It returns how many bytes it copied.
+func vipPipe(dst, src *net.TCPConn, p *vipPair) int64 {
+	n, err := io.Copy(dst, src)
+	if err != nil {
+		p.close()
+		return n
+	}
+	if err := dst.CloseWrite(); err != nil {
+		p.close()
+	}
+	return n
+}
+
+// close stops accepting, closes every forwarded connection and waits for
+// every goroutine. Safe to call more than once.
+func (v *vip) close() {
+	v.mu.Lock()
+	v.closed = true
+	v.ln.Close()
+	for p := range v.pairs {
+		p.close()
+	}
+	v.mu.Unlock()
+	v.wg.Wait()
+}
+
+// vipRequest is one request of the load, with the answer expected from
+// vipOrigin.
+type vipRequest struct {
+	method string
+	path   string
+	body   string // POST only
+	want   string // the response body expected
+	// last: the client sends Connection: close and leaves after this
+	// request.
+	last bool
+}
+
+// vipRequestFor returns request i of worker w: GET and POST alternate.
+func vipRequestFor(w, i int, last bool) vipRequest {
+	path := fmt.Sprintf("/vip/w%d/%d", w, i)
+	if i%2 == 0 {
+		return vipRequest{method: http.MethodGet, path: path, want: "get " + path + "\n", last: last}
+	}
+	body := fmt.Sprintf("payload of worker %d, request %d", w, i)
+	return vipRequest{method: http.MethodPost, path: path, body: body, want: "post " + path + " " + body + "\n", last: last}
+}
+
+// vipOrigin answers every GET with "get PATH\n" and every POST with
+// "post PATH BODY\n". With closeEach, every response says Connection: close
+// and the origin closes the connection after it.
+func vipOrigin(closeEach bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if closeEach {
+			w.Header().Set("Connection", "close")
+		}
+		switch r.Method {
+		case http.MethodGet:
+			io.WriteString(w, "get "+r.URL.Path+"\n")
+		case http.MethodPost:
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, "origin: reading the body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			io.WriteString(w, "post "+r.URL.Path+" "+string(body)+"\n")
+		default:
+			http.Error(w, "origin: unexpected method", http.StatusMethodNotAllowed)
+		}
+	})
+}
+
+// vipClient sends the requests of the load's workers. do sends one request
+// and checks the answer: any failure, a status other than 200 or a body
+// other than the expected one is an error. do is called concurrently, once
+// at a time per worker.
+type vipClient interface {
+	do(w int, r vipRequest) error
+	// close closes the client's idle connections.
+	close()
+}
+
+// vipClientKind names a client of the VIP scenarios and builds it for
+// workers workers sending to addr.
+type vipClientKind struct {
+	name string
+	new  func(addr string, workers int) vipClient
+}
+
+var vipClientKinds = []vipClientKind{
+	{name: "go-http1", new: newGoHTTP1VIPClient},
+	{name: "strict-http1", new: newStrictVIPClient},
+	{name: "go-http2", new: newGoHTTP2VIPClient},
+}
+
+// goVIPClient is Go's client, with its own pooling and retries as they
+// are. Each worker uses clients[w%len(clients)].
+type goVIPClient struct {
+	base     string
+	major    int // the protocol version every response must have
+	clients  []*http.Client
+	trs      []*http.Transport
+	stopOnce sync.Once
+}
+
+func newGoVIPClient(addr string, major, transports, idlePerHost int, p *http.Protocols) *goVIPClient {
+	g := &goVIPClient{base: "http://" + addr, major: major}
+	for range transports {
+		tr := &http.Transport{
+			Protocols:             p,
+			DisableCompression:    true,
+			MaxIdleConnsPerHost:   idlePerHost,
+			ResponseHeaderTimeout: waitTimeout,
+		}
+		g.trs = append(g.trs, tr)
+		g.clients = append(g.clients, &http.Client{Transport: tr, Timeout: waitTimeout})
+	}
+	return g
+}
+
+// newGoHTTP1VIPClient is Go's HTTP/1.1 client: one keep-alive pool shared
+// by the workers, large enough to keep a connection per worker.
+func newGoHTTP1VIPClient(addr string, workers int) vipClient {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	return newGoVIPClient(addr, 1, 1, workers, &p)
+}
+
+// newGoHTTP2VIPClient is Go's HTTP/2 client (h2c with prior knowledge),
+// one transport per worker: a transport multiplexes everything on one
+// connection, and one connection would reach one replica only.
+func newGoHTTP2VIPClient(addr string, workers int) vipClient {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return newGoVIPClient(addr, 2, workers, 2, &p)
+}
+
+func (g *goVIPClient) do(w int, r vipRequest) error {
+	var body io.Reader
+	if r.method == http.MethodPost {
+		body = strings.NewReader(r.body) // GetBody set: Go may replay it
+	}
+	req, err := http.NewRequest(r.method, g.base+r.path, body)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "text/plain")
+	}
+	req.Close = r.last // HTTP/2 too: the connection is not reused
+	resp, err := g.clients[w%len(g.clients)].Do(req)
+	if err != nil {
+		return err
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the body: %w", r.method, r.path, err)
+	}
+	return checkVIPAnswer(r, resp.ProtoMajor, g.major, resp.StatusCode, string(got))
+}
+
+func (g *goVIPClient) close() {
+	for _, tr := range g.trs {
+		tr.CloseIdleConnections()
+	}
+}
+
+func checkVIPAnswer(r vipRequest, major, wantMajor, status int, got string) error {
+	if major != wantMajor {
+		return fmt.Errorf("%s %s: answered over HTTP/%d, want HTTP/%d", r.method, r.path, major, wantMajor)
+	}
+	if status != http.StatusOK || got != r.want {
+		return fmt.Errorf("%s %s: %d %q, want 200 %q", r.method, r.path, status, got, r.want)
+	}
+	return nil
+}
+
+// strictVIPClient is a strict HTTP/1.1 client: a small keep-alive pool of
+// its own over net.Conn and bufio, shared by the workers. It sends every
+// request exactly once and never retries. Before reusing a pooled
+// connection it checks, without blocking, whether the server has closed it
+// (a read with a deadline in the past: a timeout means alive, EOF means
+// closed) and drops it if so, as client pools do. It honours
+// Connection: close.
+//
+// addr is read-only; idle, closed and the counters are guarded by mu.
+type strictVIPClient struct {
+	addr    string
+	maxIdle int
+
+	mu          sync.Mutex
+	idle        []*strictVIPConn // LIFO
+	dropped     int              // pooled connections found closed
+	unsolicited int              // pooled connections with bytes nobody asked for
+}
+
+type strictVIPConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func newStrictVIPClient(addr string, workers int) vipClient {
+	return &strictVIPClient{addr: addr, maxIdle: workers}
+}
+
+// conn returns a pooled connection the server has not closed, or a new one.
+func (s *strictVIPClient) conn() (*strictVIPConn, error) {
+	for {
+		s.mu.Lock()
+		n := len(s.idle)
+		if n == 0 {
+			s.mu.Unlock()
+			c, err := net.DialTimeout("tcp", s.addr, waitTimeout)
+			if err != nil {
+				return nil, err
+			}
+			return &strictVIPConn{c: c, br: bufio.NewReader(c)}, nil
+		}
+		sc := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		s.mu.Unlock()
+		alive, unsolicited := sc.alive()
+		if alive {
+			return sc, nil
+		}
+		sc.c.Close()
+		s.mu.Lock()
+		s.dropped++
+		if unsolicited {
+			s.unsolicited++
+		}
+		s.mu.Unlock()
+	}
+}
+
+// alive peeks at the connection without blocking: a read timing out at
+// once means nothing has arrived, neither bytes nor the server's FIN.
+func (sc *strictVIPConn) alive() (ok, unsolicited bool) {
+	if sc.br.Buffered() > 0 {
+		return false, true
+	}
+	if err := sc.c.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return false, false
+	}
+	_, err := sc.br.Peek(1)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true, false
+	}
+	return false, err == nil
+}
+
+func (s *strictVIPClient) put(sc *strictVIPConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.idle) >= s.maxIdle {
+		sc.c.Close()
+		return
+	}
+	s.idle = append(s.idle, sc)
+}
+
+func (s *strictVIPClient) do(w int, r vipRequest) error {
+	sc, err := s.conn()
+	if err != nil {
+		return fmt.Errorf("%s %s: dialling: %w", r.method, r.path, err)
+	}
+	resp, got, err := sc.exchange(r)
+	if err != nil {
+		sc.c.Close()
+		return fmt.Errorf("%s %s: %w", r.method, r.path, err)
+	}
+	if resp.Close || r.last {
+		sc.c.Close() // Connection: close: never reused
+	} else {
+		s.put(sc)
+	}
+	return checkVIPAnswer(r, resp.ProtoMajor, 1, resp.StatusCode, got)
+}
+
+// exchange writes r once and reads its response whole.
+func (sc *strictVIPConn) exchange(r vipRequest) (*http.Response, string, error) {
+	if err := sc.c.SetDeadline(time.Now().Add(waitTimeout)); err != nil {
+		return nil, "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: vip\r\n", r.method, r.path)
+	if r.method == http.MethodPost {
+		fmt.Fprintf(&b, "Content-Type: text/plain\r\nContent-Length: %d\r\n", len(r.body))
+	}
+	if r.last {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	b.WriteString(r.body)
+	if _, err := io.WriteString(sc.c, b.String()); err != nil {
+		return nil, "", fmt.Errorf("writing the request: %w", err)
+	}
+	resp, err := http.ReadResponse(sc.br, &http.Request{Method: r.method})
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the response: %w", err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the body: %w", err)
+	}
+	return resp, string(got), nil
+}
+
+func (s *strictVIPClient) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sc := range s.idle {
+		sc.c.Close()
+	}
+	s.idle = nil
+}
+
+// poolStats returns how many pooled connections the strict client dropped
+// because the server had closed them, and how many of those held bytes
+// nobody asked for.
+func (s *strictVIPClient) poolStats() (dropped, unsolicited int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped, s.unsolicited
+}
+
+// vipLoad is the load of a VIP scenario: keep-alive workers sending
+// requests back to back through one long-lived client, and arrivals: new
+// clients, one after the other, each sending a few requests on its own new
+// connection and leaving (Connection: close on its last). Without arrivals
+// the long-lived connections would all settle on the replica left and the
+// draining one would have nothing to accept while the VIP still lists it.
+//
+// Everything but the counts is set before the workers start; the counts
+// are guarded by mu.
+type vipLoad struct {
+	kind  vipClientKind
+	addr  string
+	stopc chan struct{}
+	warm  chan struct{} // closed after warmN requests answered correctly
+	end   time.Time     // no request starts after end
+	wg    sync.WaitGroup
+	once  sync.Once
+
+	mu       sync.Mutex
+	requests int          // requests sent, each exactly once by the load
+	errs     int          // requests that failed, in any way
+	first    []vipLoadErr // the first errors, for the report
+	ok       int          // requests answered correctly
+	warmN    int          // ok count closing warm
+	arrivals int          // arriving clients
+}
+
+// vipLoadErr is one failed request and when it failed.
+type vipLoadErr struct {
+	at  time.Time
+	err error
+}
+
+// Arrivals: vipArrivalWorkers clients at a time, vipSessionRequests
+// requests each.
+const (
+	vipArrivalWorkers  = 2
+	vipSessionRequests = 4
+)
+
+// startVIPLoad starts workers keep-alive workers sharing one client of
+// kind, and the arrivals, towards addr, for at most limit. It returns the
+// long-lived client. The load is stopped, and the client closed, at
+// cleanup.
+func startVIPLoad(t *testing.T, kind vipClientKind, addr string, workers, warmN int, limit time.Duration) (*vipLoad, vipClient) {
+	l := &vipLoad{kind: kind, addr: addr, stopc: make(chan struct{}), warm: make(chan struct{}),
+		end: time.Now().Add(limit), warmN: warmN}
+	c := kind.new(addr, workers)
+	for w := range workers {
+		l.wg.Go(func() { l.keepAlive(c, w) })
+	}
+	for w := range vipArrivalWorkers {
+		l.wg.Go(func() { l.arrive(workers + w) })
+	}
+	t.Cleanup(func() {
+		l.stop()
+		c.close()
+	})
+	return l, c
+}
+
+// running reports whether the load goes on.
+func (l *vipLoad) running() bool {
+	select {
+	case <-l.stopc:
+		return false
+	default:
+		return time.Now().Before(l.end)
+	}
+}
+
+// keepAlive is worker w of the long-lived client.
+func (l *vipLoad) keepAlive(c vipClient, w int) {
+	for i := 0; l.running(); i++ {
+		l.record(c.do(w, vipRequestFor(w, i, false)))
+	}
+}
+
+// arrive is worker w of the arrivals: a new client for every
+// vipSessionRequests requests.
+func (l *vipLoad) arrive(w int) {
+	for i := 0; l.running(); {
+		c := l.kind.new(l.addr, 1)
+		l.mu.Lock()
+		l.arrivals++
+		l.mu.Unlock()
+		for j := 0; j < vipSessionRequests && l.running(); i, j = i+1, j+1 {
+			l.record(c.do(0, vipRequestFor(w, i, j == vipSessionRequests-1)))
+		}
+		c.close()
+	}
+}
+
+func (l *vipLoad) record(err error) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	if err != nil {
+		l.errs++
+		if len(l.first) < 20 {
+			l.first = append(l.first, vipLoadErr{at: now, err: err})
+		}
+		return
+	}
+	l.ok++
+	if l.ok == l.warmN {
+		close(l.warm)
+	}
+}
+
+// stop stops the workers and waits for them. Safe to call more than once.
+func (l *vipLoad) stop() {
+	l.once.Do(func() { close(l.stopc) })
+	l.wg.Wait()
+}
+
+// counts returns the requests sent, answered correctly, and failed, and
+// how many clients arrived.
+func (l *vipLoad) counts() (requests, ok, errs, arrivals int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.requests, l.ok, l.errs, l.arrivals
+}
+
+// okCount returns how many requests have been answered correctly so far.
+func (l *vipLoad) okCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok
+}
+
+// firstErrors formats the first errors, with their time relative to t0.
+func (l *vipLoad) firstErrors(t0 time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, e := range l.first {
+		fmt.Fprintf(&b, "  T%+v: %v\n", e.at.Sub(t0).Round(time.Millisecond), e.err)
+	}
+	return b.String()
+}

@@ -24,7 +24,7 @@ import (
 // connection, as the proxy's Close does.
 type regServer struct{ reg *drain.Registry }
 
-func (regServer) StopAccepting()   {}
+func (regServer) StopAccepting() {}
 func (s regServer) Close() error { s.reg.CloseAll(); return nil }
 
 // startDrain runs a controller over reg with the given delay and no

@@ -13,6 +13,8 @@ const (
 	DefaultResponseTimeout     = 30 * time.Second
 	DefaultUpstreamIdleTimeout = 30 * time.Second
 	DefaultMaxConnsPerEndpoint = 512
+	DefaultRetryAttempts       = 2
+	DefaultRetryBudget         = 0.2
 )
 
 // Default returns a configuration holding every default and no listener or
@@ -53,6 +55,7 @@ func (c *Cluster) setDefaults() {
 		Idle:     DefaultUpstreamIdleTimeout,
 	}
 	c.MaxConnsPerEndpoint = DefaultMaxConnsPerEndpoint
+	c.Retries = Retries{Attempts: DefaultRetryAttempts, Budget: DefaultRetryBudget}
 }
 
 func (d *DNSSource) setDefaults() {

@@ -382,3 +382,26 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateRetries(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want string // a problem; none if empty
+	}{
+		{set: "retries: { attempts: 1, budget: 0 }"},
+		{set: "retries: { attempts: 5, budget: 1 }"},
+		{set: "retries: { attempts: 0 }", want: "clusters[0].retries.attempts: expected 1 (no retry) to 5, got 0"},
+		{set: "retries: { budget: 1.5 }", want: "clusters[0].retries.budget: expected a fraction from 0 to 1, got 1.5"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			yaml := strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)
+			_, err := Load(writeConfig(t, yaml), Options{})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}

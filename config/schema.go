@@ -141,6 +141,21 @@ type Cluster struct {
 	MaxConnsPerEndpoint int             `key:"max_conns_per_endpoint"`
 	// TLS applies to protocols h2 and auto, which speak TLS upstream.
 	TLS UpstreamTLS `key:"tls"`
+	// Retries says when a failed request is sent to another endpoint.
+	Retries Retries `key:"retries"`
+}
+
+// Retries bounds sending a request again to another endpoint. Only
+// requests the upstream provably did not receive are retried (a failed
+// connect, a full connection pool), whatever their method.
+type Retries struct {
+	// Attempts is the most tries a request gets, the first included; 1
+	// turns retries off.
+	Attempts int `key:"attempts"`
+	// Budget is the fraction of the cluster's recent requests that may be
+	// retries (plus a floor of a few per window), so that a failing
+	// upstream is not stormed.
+	Budget float64 `key:"budget"`
 }
 
 // Discovery names exactly one source of a cluster's endpoints.

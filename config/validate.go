@@ -226,6 +226,12 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	if c.MaxConnsPerEndpoint < 1 {
 		v.add(key+".max_conns_per_endpoint", "expected at least 1, got %d", c.MaxConnsPerEndpoint)
 	}
+	if a := c.Retries.Attempts; a < 1 || a > 5 {
+		v.add(key+".retries.attempts", "expected 1 (no retry) to 5, got %d", a)
+	}
+	if b := c.Retries.Budget; b < 0 || b > 1 {
+		v.add(key+".retries.budget", "expected a fraction from 0 to 1, got %g", b)
+	}
 }
 
 func (v *validator) kubernetes(key string, k KubernetesSrc) {

@@ -57,7 +57,8 @@ type cluster struct {
 	scheme    string      // of upstream URLs: "http" or "https"
 	tls       *tls.Config // h2 and auto clusters
 	metrics   *clusterMetrics
-	reg       *drain.Registry  // for counting dials during the drain
+	reg       *drain.Registry // for counting dials during the drain
+	budget    retryBudget
 	source    discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
 	// goroutine that updates the cluster.
@@ -67,6 +68,7 @@ type cluster struct {
 func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log *slog.Logger) *cluster {
 	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstreamScheme(cfg.Protocol),
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
+	c.budget.ratio = cfg.Retries.Budget
 	eps := []*endpoint{}
 	c.endpoints.Store(&eps)
 	c.all.Store(&eps)

@@ -207,10 +207,21 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 		// HTTP/1.0 without Host: name the endpoint, as HTTP/1.1 requires.
 		ctx.Request.Header.SetHost(ep.addr)
 	}
-	ep.inflight.Add(1)
+	r.cluster.budget.request(ctx.Time())
 	resp := &ctx.Response
-	if err := ep.rt.roundTrip(context.Background(), &ctx.Request, resp); err != nil {
-		return l.upstreamFailed(ctx, r, ep, body, err)
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1)
+		err := ep.rt.roundTrip(context.Background(), &ctx.Request, resp)
+		if err == nil {
+			break
+		}
+		next := r.cluster.retry(context.Background(), ep, attempt, err)
+		if next == nil {
+			return l.upstreamFailed(ctx, r, ep, body, err)
+		}
+		l.p.log.Debug("retrying on another endpoint", "cluster", r.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		resp.Reset()
+		ep = next
 	}
 	// The upstream's Connection: close was honoured on the upstream
 	// connection; it never closes the client's.
@@ -275,11 +286,24 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 			}
 		}
 	}
-	ep.inflight.Add(1)
-	resp, err := ep.ht.RoundTrip(out)
-	if err != nil {
+	r.cluster.budget.request(ctx.Time())
+	var resp *http.Response
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1)
+		var err error
+		resp, err = ep.ht.RoundTrip(out)
+		if err == nil {
+			break
+		}
 		ep.inflight.Add(-1)
-		return l.upstreamFailed(ctx, r, ep, body, err)
+		next := r.cluster.retry(context.Background(), ep, attempt, err)
+		if next == nil {
+			return l.upstreamFailed(ctx, r, ep, body, err)
+		}
+		l.p.log.Debug("retrying on another endpoint", "cluster", r.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		out = out.Clone(context.Background())
+		out.URL.Host = next.addr
+		ep = next
 	}
 	fr := &ctx.Response
 	fr.SetStatusCode(resp.StatusCode)

@@ -151,11 +151,22 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 		replyH2(w, http.StatusServiceUnavailable, msgNoEndpoint)
 		return http.StatusServiceUnavailable, nil
 	}
-	ep.inflight.Add(1)
-	if err := ep.rt.roundTrip(r.Context(), req, resp); err != nil {
-		status, msg := l.failure(r.Context(), rt, ep, body, err)
-		replyH2(w, status, msg)
-		return status, nil
+	rt.cluster.budget.request(time.Now())
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1)
+		err := ep.rt.roundTrip(r.Context(), req, resp)
+		if err == nil {
+			break
+		}
+		next := rt.cluster.retry(r.Context(), ep, attempt, err)
+		if next == nil {
+			status, msg := l.failure(r.Context(), rt, ep, body, err)
+			replyH2(w, status, msg)
+			return status, nil
+		}
+		l.p.log.Debug("retrying on another endpoint", "cluster", rt.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		resp.Reset()
+		ep = next
 	}
 	stripResponseHopByHop(&resp.Header, false)
 	wh := w.Header()
@@ -273,14 +284,29 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 	}
 	prepareHeader(out.Header, clientIP, r.TLS != nil, l.cfg.Headers.TrustForwarded, r.Host)
 
-	ep.inflight.Add(1)
-	defer ep.inflight.Add(-1)
-	resp, err := ep.ht.RoundTrip(out)
-	if err != nil {
-		status, msg := l.failure(r.Context(), rt, ep, body, err)
-		replyH2(w, status, msg)
-		return status, nil
+	rt.cluster.budget.request(time.Now())
+	var resp *http.Response
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1)
+		var err error
+		resp, err = ep.ht.RoundTrip(out)
+		if err == nil {
+			break
+		}
+		ep.inflight.Add(-1)
+		next := rt.cluster.retry(r.Context(), ep, attempt, err)
+		if next == nil {
+			status, msg := l.failure(r.Context(), rt, ep, body, err)
+			replyH2(w, status, msg)
+			return status, nil
+		}
+		l.p.log.Debug("retrying on another endpoint", "cluster", rt.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		out = out.Clone(r.Context())
+		out.URL.Host = next.addr
+		out.Trailer = r.Trailer // not a copy: see above
+		ep = next
 	}
+	defer ep.inflight.Add(-1)
 	defer resp.Body.Close()
 	wh := w.Header()
 	copyResponseHeader(wh, resp.Header)

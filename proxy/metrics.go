@@ -28,6 +28,7 @@ type metrics struct {
 	connects       metric.Int64Counter
 	connectErrors  metric.Int64Counter
 	upstreamErrors metric.Int64Counter
+	retries        metric.Int64Counter
 
 	start  time.Time // of the cumulative series
 	mu     sync.Mutex
@@ -43,6 +44,10 @@ func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
 	}
 	if out.connectErrors, err = m.Int64Counter("ebb.upstream.connect_errors",
 		metric.WithDescription("Upstream connection attempts that failed.")); err != nil {
+		return nil, err
+	}
+	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
+		metric.WithDescription("Requests sent again to another endpoint because the first one provably did not receive them.")); err != nil {
 		return nil, err
 	}
 	if out.upstreamErrors, err = m.Int64Counter("ebb.upstream.errors",
@@ -235,6 +240,7 @@ func (m *metrics) forCluster(name string) *clusterMetrics {
 		connects:       m.connects,
 		connectErrors:  m.connectErrors,
 		upstreamErrors: m.upstreamErrors,
+		retries:        m.retries,
 	}
 	for k, kind := range errKindNames {
 		if kind != "" {
@@ -252,6 +258,7 @@ type clusterMetrics struct {
 	connects       metric.Int64Counter
 	connectErrors  metric.Int64Counter
 	upstreamErrors metric.Int64Counter
+	retries        metric.Int64Counter
 	errors         [len(errKindNames)][]metric.AddOption
 }
 

@@ -25,9 +25,21 @@ type endpoint struct {
 	addr     string
 	state    atomic.Uint32 // a discovery.EndpointState
 	inflight atomic.Int64
+	removed  atomic.Bool // discovery no longer lists it
+	health   health
 	rt       roundTripper    // http1 clusters
 	ht       *http.Transport // h2c, h2 and auto clusters
 	dialer   *net.Dialer
+}
+
+// release ends one exchange counted in inflight. The last exchange of a
+// removed endpoint closes the connections it leaves idle: they would
+// otherwise wait in the pool for the idle timeout (an HTTP/2 upstream
+// shutting down gracefully would wait for ebb to close them).
+func (ep *endpoint) release() {
+	if ep.inflight.Add(-1) == 0 && ep.removed.Load() {
+		ep.closeIdle()
+	}
 }
 
 // closeIdle closes the endpoint's idle upstream connections; those busy
@@ -117,6 +129,7 @@ func (c *cluster) setEndpoints(set discovery.Set) {
 		ep, ok := byAddr[e.Address]
 		if ok {
 			delete(byAddr, e.Address)
+			ep.removed.Store(false)
 		} else {
 			ep = c.newEndpoint(e.Address)
 		}
@@ -136,6 +149,7 @@ func (c *cluster) setEndpoints(set discovery.Set) {
 	c.endpoints.Store(&picked)
 	c.lastSet.Store(&set)
 	for _, gone := range byAddr {
+		gone.removed.Store(true)
 		gone.closeIdle()
 	}
 	// One that no longer takes requests (it is terminating while others
@@ -172,7 +186,7 @@ func (c *cluster) newEndpoint(addr string) *endpoint {
 		// been closed by the upstream's keep-alive timeout.
 		ConnPoolStrategy: fasthttp.LIFO,
 	}
-	ep.rt = newTransport(hc, c.cfg.Timeouts.Response, &ep.inflight)
+	ep.rt = newTransport(hc, c.cfg.Timeouts.Response, ep.release)
 	return ep
 }
 
@@ -215,8 +229,13 @@ func (c *cluster) pick() *endpoint {
 	case 1:
 		return eps[0]
 	default:
+		var a, b *endpoint
 		if !c.p2c {
-			return eps[(c.rr.Add(1)-1)%uint64(n)]
+			a = eps[(c.rr.Add(1)-1)%uint64(n)]
+			if a.health.available(nowNano) {
+				return a
+			}
+			return c.firstAvailable(eps, a)
 		}
 		// Power of two choices: the less loaded of two distinct random
 		// endpoints (Mitzenmacher), which avoids herding onto the single
@@ -226,12 +245,38 @@ func (c *cluster) pick() *endpoint {
 		if j >= i {
 			j++
 		}
-		a, b := eps[i], eps[j]
-		if b.inflight.Load() < a.inflight.Load() {
+		a, b = eps[i], eps[j]
+		okA, okB := a.health.available(nowNano), b.health.available(nowNano)
+		switch {
+		case okA && okB:
+			if b.inflight.Load() < a.inflight.Load() {
+				return b
+			}
+			return a
+		case okA:
+			return a
+		case okB:
 			return b
 		}
-		return a
+		return c.firstAvailable(eps, a)
 	}
+}
+
+// firstAvailable returns an endpoint that is not ejected, starting after
+// from, or from itself when every endpoint is ejected (then all are used).
+func (c *cluster) firstAvailable(eps []*endpoint, from *endpoint) *endpoint {
+	start := 0
+	for i, ep := range eps {
+		if ep == from {
+			start = i
+		}
+	}
+	for k := 1; k < len(eps); k++ {
+		if ep := eps[(start+k)%len(eps)]; ep.health.available(nowNano) {
+			return ep
+		}
+	}
+	return from
 }
 
 // close closes the idle upstream connections of every endpoint.

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
@@ -96,5 +99,37 @@ func TestTerminatingEndpointsOnlyAsLastResort(t *testing.T) {
 	set(discovery.Endpoint{Address: "a:1"}, discovery.Endpoint{Address: "b:1", State: discovery.Serving})
 	if got := picks(); len(got) != 1 || !got["a:1"] {
 		t.Fatalf("with a ready again, picked %v; want only a", got)
+	}
+}
+
+// TestRemovedEndpointClosesConnectionsAfterLastExchange: a connection busy
+// when its endpoint leaves discovery is closed once its exchange ends,
+// not left in the pool until the idle timeout.
+func TestRemovedEndpointClosesConnectionsAfterLastExchange(t *testing.T) {
+	arrived, answer, closed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	origin := tcpOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		for readHeader(br) {
+			arrived <- struct{}{}
+			<-answer
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+		close(closed) // ebb closed the connection
+	})
+	l := benchProxy(t, origin)
+	c := l.p.snap.Load().tables[0].routes[0].cluster
+	done := make(chan int)
+	go func() { done <- serve(l, "GET", nil).Response.StatusCode() }()
+	<-arrived
+	c.setEndpoints(discovery.Set{Endpoints: []discovery.Endpoint{{Address: "127.0.0.1:1"}}})
+	close(answer)
+	if status := <-done; status != 200 {
+		t.Fatalf("the request in flight got %d", status)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the removed endpoint's connection stayed open after its last exchange")
 	}
 }

@@ -213,8 +213,10 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 		ep.inflight.Add(1)
 		err := ep.rt.roundTrip(context.Background(), &ctx.Request, resp)
 		if err == nil {
+			r.cluster.outcome(ep, false, resp.StatusCode())
 			break
 		}
+		r.cluster.outcome(ep, isConnectFailure(err), 0)
 		next := r.cluster.retry(context.Background(), ep, attempt, err)
 		if next == nil {
 			return l.upstreamFailed(ctx, r, ep, body, err)
@@ -293,9 +295,11 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		var err error
 		resp, err = ep.ht.RoundTrip(out)
 		if err == nil {
+			r.cluster.outcome(ep, false, resp.StatusCode)
 			break
 		}
-		ep.inflight.Add(-1)
+		ep.release()
+		r.cluster.outcome(ep, isConnectFailure(err), 0)
 		next := r.cluster.retry(context.Background(), ep, attempt, err)
 		if next == nil {
 			return l.upstreamFailed(ctx, r, ep, body, err)
@@ -321,7 +325,7 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 	s := resp.StatusCode
 	if req.Header.IsHead() || s < 200 || s == http.StatusNoContent || s == http.StatusNotModified {
 		resp.Body.Close()
-		ep.inflight.Add(-1)
+		ep.release()
 		fr.SkipBody = true
 		if resp.ContentLength >= 0 {
 			fr.Header.SetContentLength(int(resp.ContentLength))
@@ -367,7 +371,7 @@ func (b *httpBody) Read(p []byte) (int, error) {
 
 func (b *httpBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.ep.inflight.Add(-1) })
+	b.once.Do(func() { b.ep.release() })
 	return err
 }
 

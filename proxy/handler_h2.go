@@ -156,8 +156,10 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 		ep.inflight.Add(1)
 		err := ep.rt.roundTrip(r.Context(), req, resp)
 		if err == nil {
+			rt.cluster.outcome(ep, false, resp.StatusCode())
 			break
 		}
+		rt.cluster.outcome(ep, isConnectFailure(err), 0)
 		next := rt.cluster.retry(r.Context(), ep, attempt, err)
 		if next == nil {
 			status, msg := l.failure(r.Context(), rt, ep, body, err)
@@ -291,9 +293,11 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 		var err error
 		resp, err = ep.ht.RoundTrip(out)
 		if err == nil {
+			rt.cluster.outcome(ep, false, resp.StatusCode)
 			break
 		}
-		ep.inflight.Add(-1)
+		ep.release()
+		rt.cluster.outcome(ep, isConnectFailure(err), 0)
 		next := rt.cluster.retry(r.Context(), ep, attempt, err)
 		if next == nil {
 			status, msg := l.failure(r.Context(), rt, ep, body, err)
@@ -306,7 +310,7 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 		out.Trailer = r.Trailer // not a copy: see above
 		ep = next
 	}
-	defer ep.inflight.Add(-1)
+	defer ep.release()
 	defer resp.Body.Close()
 	wh := w.Header()
 	copyResponseHeader(wh, resp.Header)

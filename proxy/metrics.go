@@ -29,6 +29,7 @@ type metrics struct {
 	connectErrors  metric.Int64Counter
 	upstreamErrors metric.Int64Counter
 	retries        metric.Int64Counter
+	ejections      metric.Int64Counter
 
 	start  time.Time // of the cumulative series
 	mu     sync.Mutex
@@ -48,6 +49,10 @@ func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
 	}
 	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
 		metric.WithDescription("Requests sent again to another endpoint because the first one provably did not receive them.")); err != nil {
+		return nil, err
+	}
+	if out.ejections, err = m.Int64Counter("ebb.upstream.ejections",
+		metric.WithDescription("Endpoints taken out of the balancer's choice by passive health checking.")); err != nil {
 		return nil, err
 	}
 	if out.upstreamErrors, err = m.Int64Counter("ebb.upstream.errors",
@@ -241,6 +246,7 @@ func (m *metrics) forCluster(name string) *clusterMetrics {
 		connectErrors:  m.connectErrors,
 		upstreamErrors: m.upstreamErrors,
 		retries:        m.retries,
+		ejections:      m.ejections,
 	}
 	for k, kind := range errKindNames {
 		if kind != "" {
@@ -259,6 +265,7 @@ type clusterMetrics struct {
 	connectErrors  metric.Int64Counter
 	upstreamErrors metric.Int64Counter
 	retries        metric.Int64Counter
+	ejections      metric.Int64Counter
 	errors         [len(errKindNames)][]metric.AddOption
 }
 

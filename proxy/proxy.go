@@ -143,6 +143,10 @@ type EndpointState struct {
 	// is ready) or terminating.
 	State    string `json:"state"`
 	InFlight int64  `json:"in_flight"`
+	// Ejected: passive health has taken it out of the balancer's choice
+	// for now; Ejections counts how often.
+	Ejected   bool  `json:"ejected"`
+	Ejections int64 `json:"ejections"`
 }
 
 // Endpoints reports every cluster's current endpoints, by cluster name.
@@ -156,7 +160,8 @@ func (p *Proxy) Endpoints() []ClusterState {
 		}
 		for _, ep := range *c.all.Load() {
 			st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr,
-				State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load()})
+				State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load(),
+				Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
 		}
 		out = append(out, st)
 	}

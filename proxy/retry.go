@@ -64,6 +64,16 @@ func notSent(err error) bool {
 	return !client && kind == errConnect
 }
 
+// isConnectFailure reports whether err is a failed connect to the endpoint.
+func isConnectFailure(err error) bool {
+	var ue *upstreamError
+	if errors.As(err, &ue) {
+		return ue.kind == errConnect
+	}
+	kind, client := classifyHTTPError(err)
+	return !client && kind == errConnect
+}
+
 // retry decides whether a request that failed with err on ep, after
 // attempt tries, goes to another endpoint, and returns it (nil: answer
 // with the failure). ctx is the client's side of the request.

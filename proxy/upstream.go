@@ -119,25 +119,25 @@ type transport[C pooledConn] struct {
 	release         func(C)
 	discard         func(C)
 	responseTimeout time.Duration
-	// inflight counts exchanges not yet over; the caller adds one before
-	// roundTrip and the transport takes it off when the exchange ends.
-	inflight *atomic.Int64
-	streams  sync.Pool // of *bodyStream[C]
+	// done is called when an exchange is over (the caller counted it in
+	// before roundTrip): it takes it off the endpoint's in-flight count.
+	done    func()
+	streams sync.Pool // of *bodyStream[C]
 }
 
-func newTransport(hc *fasthttp.HostClient, responseTimeout time.Duration, inflight *atomic.Int64) roundTripper {
-	return newTransportOf(hc, hc.AcquireConn, hc.ReleaseConn, hc.CloseConn, responseTimeout, inflight)
+func newTransport(hc *fasthttp.HostClient, responseTimeout time.Duration, done func()) roundTripper {
+	return newTransportOf(hc, hc.AcquireConn, hc.ReleaseConn, hc.CloseConn, responseTimeout, done)
 }
 
-func newTransportOf[C pooledConn](hc *fasthttp.HostClient, acquire func(time.Duration, bool) (C, error), release, discard func(C), responseTimeout time.Duration, inflight *atomic.Int64) *transport[C] {
-	t := &transport[C]{hc: hc, acquire: acquire, release: release, discard: discard, responseTimeout: responseTimeout, inflight: inflight}
+func newTransportOf[C pooledConn](hc *fasthttp.HostClient, acquire func(time.Duration, bool) (C, error), release, discard func(C), responseTimeout time.Duration, done func()) *transport[C] {
+	t := &transport[C]{hc: hc, acquire: acquire, release: release, discard: discard, responseTimeout: responseTimeout, done: done}
 	t.streams.New = func() any { return &bodyStream[C]{t: t} }
 	return t
 }
 
 func (t *transport[C]) close() { t.hc.CloseIdleConnections() }
 
-func (t *transport[C]) finish() { t.inflight.Add(-1) }
+func (t *transport[C]) finish() { t.done() }
 
 // earlyAnswerWait bounds the wait for an upstream's answer after it
 // stopped reading the request body.

@@ -208,15 +208,11 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		}
 		t.discard(cc)
 	}
-	// cancelled reports whether ctx's end closed the connection; after it
-	// the connection is not given back.
-	cancelled := func() bool { return false }
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		cancelled = func() bool { return !stop() }
-	}
+	// stop ends the watch of ctx; false means ctx's end has closed the
+	// connection, which is then not given back. nil: nothing watched.
+	stop := watchCancel(ctx, conn)
 	fail := func(kind errKind, err error) (bool, bool, error) {
-		cancelled()
+		cancelled(stop)
 		t.discard(cc)
 		return false, false, &upstreamError{kind: kind, reused: reused, err: err}
 	}
@@ -283,7 +279,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		}
 	default:
 		s := t.streams.Get().(*bodyStream[C])
-		s.cc, s.conn, s.br, s.keepAlive, s.cancelled, s.down = cc, conn, br, keepAlive, cancelled, &resp.Header
+		s.cc, s.conn, s.br, s.keepAlive, s.stop, s.down = cc, conn, br, keepAlive, stop, &resp.Header
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
@@ -297,7 +293,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		return true, false, nil
 	}
 	t.hc.ReleaseReader(br)
-	if keepAlive && !cancelled() {
+	if keepAlive && !cancelled(stop) {
 		if uc != nil {
 			uc.used = true
 		}
@@ -307,6 +303,19 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	}
 	return false, false, nil
 }
+
+// watchCancel closes conn when ctx ends, and returns the function that
+// ends the watch (nil when ctx never ends: HTTP/1 requests).
+func watchCancel(ctx context.Context, conn net.Conn) func() bool {
+	if ctx.Done() == nil {
+		return nil
+	}
+	return context.AfterFunc(ctx, func() { conn.Close() })
+}
+
+// cancelled ends the watch of watchCancel and reports whether the
+// context's end closed the connection.
+func cancelled(stop func() bool) bool { return stop != nil && !stop() }
 
 // isIdempotent reports whether the request's method may be sent twice
 // (RFC 9110 §9.2.2).
@@ -344,7 +353,7 @@ type bodyStream[C pooledConn] struct {
 	br        *bufio.Reader
 	keepAlive bool
 	eof       bool
-	cancelled func() bool // see transport.exchange
+	stop      func() bool // see transport.exchange
 	// down is the header of the response being sent downstream; the
 	// upstream's trailers join it when the body ends.
 	down *fasthttp.ResponseHeader
@@ -386,7 +395,7 @@ func (s *bodyStream[C]) CloseWithError(err error) error {
 // pool.
 func (s *bodyStream[C]) release(err error) {
 	t := s.t
-	reuse := !s.cancelled() && err == nil && s.eof && s.keepAlive
+	reuse := !cancelled(s.stop) && err == nil && s.eof && s.keepAlive
 	if !reuse {
 		// Unblock and end the connection first: the body decoder must not
 		// be left mid-body on a pooled connection.
@@ -403,7 +412,7 @@ func (s *bodyStream[C]) release(err error) {
 		t.discard(s.cc)
 	}
 	var zero C
-	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.cancelled, s.down = zero, nil, nil, false, false, nil, nil
+	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.stop, s.down = zero, nil, nil, false, false, nil, nil
 	s.up.Reset()
 	t.streams.Put(s)
 }

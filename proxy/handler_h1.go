@@ -209,21 +209,8 @@ func (l *listener) forward(ctx *fasthttp.RequestCtx, r *route, body *reqBody) in
 	}
 	r.cluster.budget.request(ctx.Time())
 	resp := &ctx.Response
-	for attempt := 1; ; attempt++ {
-		ep.inflight.Add(1)
-		err := ep.rt.roundTrip(context.Background(), &ctx.Request, resp)
-		if err == nil {
-			r.cluster.outcome(ep, false, resp.StatusCode())
-			break
-		}
-		r.cluster.outcome(ep, isConnectFailure(err), 0)
-		next := r.cluster.retry(context.Background(), ep, attempt, err)
-		if next == nil {
-			return l.upstreamFailed(ctx, r, ep, body, err)
-		}
-		l.p.log.Debug("retrying on another endpoint", "cluster", r.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		resp.Reset()
-		ep = next
+	if ep, err := r.cluster.exchangeH1(context.Background(), ep, &ctx.Request, resp, l.p.log); err != nil {
+		return l.upstreamFailed(ctx, r, ep, body, err)
 	}
 	// The upstream's Connection: close was honoured on the upstream
 	// connection; it never closes the client's.
@@ -289,25 +276,12 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		}
 	}
 	r.cluster.budget.request(ctx.Time())
-	var resp *http.Response
-	for attempt := 1; ; attempt++ {
-		ep.inflight.Add(1)
-		var err error
-		resp, err = ep.ht.RoundTrip(out)
-		if err == nil {
-			r.cluster.outcome(ep, false, resp.StatusCode)
-			break
-		}
-		ep.release()
-		r.cluster.outcome(ep, isConnectFailure(err), 0)
-		next := r.cluster.retry(context.Background(), ep, attempt, err)
-		if next == nil {
-			return l.upstreamFailed(ctx, r, ep, body, err)
-		}
-		l.p.log.Debug("retrying on another endpoint", "cluster", r.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		out = out.Clone(context.Background())
-		out.URL.Host = next.addr
-		ep = next
+	// A retry's copy of the request must keep the trailer map onEOF fills.
+	trailer := out.Trailer
+	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
+	resp, ep, err := r.cluster.exchangeHTTP(context.Background(), ep, out, keepTrailer, l.p.log)
+	if err != nil {
+		return l.upstreamFailed(ctx, r, ep, body, err)
 	}
 	fr := &ctx.Response
 	fr.SetStatusCode(resp.StatusCode)

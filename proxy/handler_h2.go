@@ -152,23 +152,10 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 		return http.StatusServiceUnavailable, nil
 	}
 	rt.cluster.budget.request(time.Now())
-	for attempt := 1; ; attempt++ {
-		ep.inflight.Add(1)
-		err := ep.rt.roundTrip(r.Context(), req, resp)
-		if err == nil {
-			rt.cluster.outcome(ep, false, resp.StatusCode())
-			break
-		}
-		rt.cluster.outcome(ep, isConnectFailure(err), 0)
-		next := rt.cluster.retry(r.Context(), ep, attempt, err)
-		if next == nil {
-			status, msg := l.failure(r.Context(), rt, ep, body, err)
-			replyH2(w, status, msg)
-			return status, nil
-		}
-		l.p.log.Debug("retrying on another endpoint", "cluster", rt.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		resp.Reset()
-		ep = next
+	if ep, err := rt.cluster.exchangeH1(r.Context(), ep, req, resp, l.p.log); err != nil {
+		status, msg := l.failure(r.Context(), rt, ep, body, err)
+		replyH2(w, status, msg)
+		return status, nil
 	}
 	stripResponseHopByHop(&resp.Header, false)
 	wh := w.Header()
@@ -287,28 +274,14 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 	prepareHeader(out.Header, clientIP, r.TLS != nil, l.cfg.Headers.TrustForwarded, r.Host)
 
 	rt.cluster.budget.request(time.Now())
-	var resp *http.Response
-	for attempt := 1; ; attempt++ {
-		ep.inflight.Add(1)
-		var err error
-		resp, err = ep.ht.RoundTrip(out)
-		if err == nil {
-			rt.cluster.outcome(ep, false, resp.StatusCode)
-			break
-		}
-		ep.release()
-		rt.cluster.outcome(ep, isConnectFailure(err), 0)
-		next := rt.cluster.retry(r.Context(), ep, attempt, err)
-		if next == nil {
-			status, msg := l.failure(r.Context(), rt, ep, body, err)
-			replyH2(w, status, msg)
-			return status, nil
-		}
-		l.p.log.Debug("retrying on another endpoint", "cluster", rt.cluster.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		out = out.Clone(r.Context())
-		out.URL.Host = next.addr
-		out.Trailer = r.Trailer // not a copy: see above
-		ep = next
+	// A retry's copy of the request must keep reading the trailer map the
+	// engine fills in (see above).
+	keepTrailer := func(o *http.Request) { o.Trailer = r.Trailer }
+	resp, ep, err := rt.cluster.exchangeHTTP(r.Context(), ep, out, keepTrailer, l.p.log)
+	if err != nil {
+		status, msg := l.failure(r.Context(), rt, ep, body, err)
+		replyH2(w, status, msg)
+		return status, nil
 	}
 	defer ep.release()
 	defer resp.Body.Close()

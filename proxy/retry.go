@@ -3,8 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Retries: a request the upstream provably did not receive (the connect
@@ -108,4 +112,54 @@ func (c *cluster) pickOther(ep *endpoint) *endpoint {
 		}
 	}
 	return nil
+}
+
+// exchangeH1 sends req to ep through the HTTP/1 transport, and to other
+// endpoints as retry allows, recording each outcome for passive health.
+// It returns the endpoint that answered, or the last one tried with the
+// error. ctx is the client's side of the request.
+func (c *cluster) exchangeH1(ctx context.Context, ep *endpoint, req *fasthttp.Request, resp *fasthttp.Response, log *slog.Logger) (*endpoint, error) {
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1) // the transport takes it off
+		err := ep.rt.roundTrip(ctx, req, resp)
+		if err == nil {
+			c.outcome(ep, false, resp.StatusCode())
+			return ep, nil
+		}
+		c.outcome(ep, isConnectFailure(err), 0)
+		next := c.retry(ctx, ep, attempt, err)
+		if next == nil {
+			return ep, err
+		}
+		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		resp.Reset()
+		ep = next
+	}
+}
+
+// exchangeHTTP is exchangeH1 for net/http upstreams. On success the
+// caller calls ep.release once the response body is closed. keep, if not
+// nil, adjusts each retry's copy of the request.
+func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Request, keep func(*http.Request), log *slog.Logger) (*http.Response, *endpoint, error) {
+	for attempt := 1; ; attempt++ {
+		ep.inflight.Add(1)
+		resp, err := ep.ht.RoundTrip(out)
+		if err == nil {
+			c.outcome(ep, false, resp.StatusCode)
+			return resp, ep, nil
+		}
+		ep.release()
+		c.outcome(ep, isConnectFailure(err), 0)
+		next := c.retry(ctx, ep, attempt, err)
+		if next == nil {
+			return nil, ep, err
+		}
+		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		out = out.Clone(out.Context())
+		out.URL.Host = next.addr
+		if keep != nil {
+			keep(out)
+		}
+		ep = next
+	}
 }

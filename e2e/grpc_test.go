@@ -507,6 +507,9 @@ func TestGRPC(t *testing.T) {
 					ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 					defer cancel()
 					sc.run(t, ctx, conn, srv)
+					if t.Failed() {
+						t.Logf("ebb's log:\n%s", e.logs())
+					}
 				})
 			}
 		})

@@ -183,6 +183,7 @@ func TestUpstreamStallMidBody(t *testing.T) {
 func TestStaleUpstreamConnection(t *testing.T) {
 	t.Parallel()
 	var conns, requests atomic.Int64
+	closed := make(chan struct{}, 1) // the origin has closed a connection
 	origin := newUnstartedOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		body, _ := io.ReadAll(r.Body)
@@ -195,6 +196,7 @@ func TestStaleUpstreamConnection(t *testing.T) {
 			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
 			bw.Flush()
 			c.Close()
+			closed <- struct{}{}
 			return
 		}
 		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, body)
@@ -222,7 +224,10 @@ func TestStaleUpstreamConnection(t *testing.T) {
 				t.Fatalf("first request: status %d, body %q", status, body)
 			}
 			// ebb pooled the connection after a complete keep-alive
-			// response; the origin's FIN followed at once.
+			// response; the origin's FIN followed (waited for here: on a
+			// busy machine the origin's goroutine can be descheduled
+			// between its response and its close).
+			recv(t, closed, "the origin to close the connection")
 			req, _ := http.NewRequest(tc.method, e.url("public", "/next"), strings.NewReader(tc.body))
 			status, body, _ = do(t, client, req)
 			want := tc.method + " /next " + tc.body

@@ -76,7 +76,7 @@ func TestHTTP1CloseSignal(t *testing.T) {
 		if closes() {
 			t.Fatal("Connection: close during the announce phase")
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // fake time
 		synctest.Wait()
 		if !closes() {
 			t.Fatal("no Connection: close after the connection's moment")

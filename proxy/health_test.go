@@ -41,7 +41,7 @@ func TestEjection(t *testing.T) {
 		if got := picks(); got["a:1"] != 0 {
 			t.Fatalf("picked %v during a's second, longer ejection", got)
 		}
-		time.Sleep(ejectBase) // fake time
+		time.Sleep(ejectBase)    // fake time
 		c.outcome(a, false, 200) // back: the streak ends
 		if a.health.streak.Load() != 0 || a.health.ejections.Load() != 2 {
 			t.Fatalf("streak %d, ejections %d after a success", a.health.streak.Load(), a.health.ejections.Load())

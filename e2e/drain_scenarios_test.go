@@ -1125,19 +1125,7 @@ func TestDrainAppGone(t *testing.T) {
 		if r.err != nil || r.status != 200 || r.body != want {
 			t.Fatalf("held request: %d %q %v; want 200 %q", r.status, r.body, r.err, want)
 		}
-		exitAt := recv(t, exited, "ebb to exit after the app")
-		code := e.exit()
-		t.Logf("ebb exited %s after the held response completed", exitAt.Sub(r.at).Round(time.Millisecond))
-		if code != 0 {
-			t.Errorf("exit status %d, want 0 (app gone); log:\n%s", code, e.logs())
-		}
-		if d := exitAt.Sub(r.at); d > time.Second {
-			t.Errorf("ebb exited %s after the request in flight finished, want within 1s", d)
-		}
-		checkAppGoneCause(t, e)
-		if f := checkDrainEnd(t, e, "app_gone"); f != 0 {
-			t.Errorf("forced_closes %v, want 0", f)
-		}
+		checkAppGoneExit(t, e, exited, r.at)
 	})
 
 	t.Run("pid_file", func(t *testing.T) {
@@ -1222,19 +1210,7 @@ clusters:
 		if r.err != nil || r.status != 200 || r.body != "ext finished\n" {
 			t.Fatalf("held request: %d %q %v; want 200 \"ext finished\\n\"", r.status, r.body, r.err)
 		}
-		exitAt := recv(t, exited, "ebb to exit after the app")
-		code := e.exit()
-		t.Logf("ebb exited %s after the held response completed", exitAt.Sub(r.at).Round(time.Millisecond))
-		if code != 0 {
-			t.Errorf("exit status %d, want 0 (app gone); log:\n%s", code, e.logs())
-		}
-		if d := exitAt.Sub(r.at); d > time.Second {
-			t.Errorf("ebb exited %s after the request in flight finished, want within 1s", d)
-		}
-		checkAppGoneCause(t, e)
-		if f := checkDrainEnd(t, e, "app_gone"); f != 0 {
-			t.Errorf("forced_closes %v, want 0", f)
-		}
+		checkAppGoneExit(t, e, exited, r.at)
 	})
 
 	t.Run("child_ebb_signalled", func(t *testing.T) {
@@ -1318,6 +1294,26 @@ clusters:
 
 // checkAppGoneCause checks that the drain was started by the application's
 // exit.
+// checkAppGoneExit checks that ebb, its application gone, exited with
+// status 0 (reason app_gone, nothing forced) within 1 s after the request
+// in flight completed at the client (at done).
+func checkAppGoneExit(t *testing.T, e *ebbProc, exited <-chan time.Time, done time.Time) {
+	t.Helper()
+	exitAt := recv(t, exited, "ebb to exit after the app")
+	code := e.exit()
+	t.Logf("ebb exited %s after the held response completed", exitAt.Sub(done).Round(time.Millisecond))
+	if code != 0 {
+		t.Errorf("exit status %d, want 0 (app gone); log:\n%s", code, e.logs())
+	}
+	if d := exitAt.Sub(done); d > time.Second {
+		t.Errorf("ebb exited %s after the request in flight finished, want within 1s", d)
+	}
+	checkAppGoneCause(t, e)
+	if f := checkDrainEnd(t, e, "app_gone"); f != 0 {
+		t.Errorf("forced_closes %v, want 0", f)
+	}
+}
+
 func checkAppGoneCause(t *testing.T, e *ebbProc) {
 	t.Helper()
 	recs := e.logRecords("drain started")

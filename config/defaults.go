@@ -15,6 +15,7 @@ const (
 	DefaultMaxConnsPerEndpoint = 512
 	DefaultRetryAttempts       = 2
 	DefaultRetryBudget         = 0.2
+	DefaultRetryBufferBody     = 64 << 10
 )
 
 // Default returns a configuration holding every default and no listener or
@@ -55,7 +56,7 @@ func (c *Cluster) setDefaults() {
 		Idle:     DefaultUpstreamIdleTimeout,
 	}
 	c.MaxConnsPerEndpoint = DefaultMaxConnsPerEndpoint
-	c.Retries = Retries{Attempts: DefaultRetryAttempts, Budget: DefaultRetryBudget}
+	c.Retries = Retries{Attempts: DefaultRetryAttempts, Budget: DefaultRetryBudget, BufferBody: DefaultRetryBufferBody}
 }
 
 func (d *DNSSource) setDefaults() {

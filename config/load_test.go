@@ -392,6 +392,9 @@ func TestValidateRetries(t *testing.T) {
 		{set: "retries: { attempts: 5, budget: 1 }"},
 		{set: "retries: { attempts: 0 }", want: "clusters[0].retries.attempts: expected 1 (no retry) to 5, got 0"},
 		{set: "retries: { budget: 1.5 }", want: "clusters[0].retries.budget: expected a fraction from 0 to 1, got 1.5"},
+		{set: "retries: { buffer_body: 1MiB }"},
+		{set: "retries: { buffer_body: 0 }"},
+		{set: "retries: { buffer_body: 32MiB }", want: "clusters[0].retries.buffer_body: expected a size from 0 (off) to 16MiB, got 33554432"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			yaml := strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)

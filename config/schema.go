@@ -145,9 +145,12 @@ type Cluster struct {
 	Retries Retries `key:"retries"`
 }
 
-// Retries bounds sending a request again to another endpoint. Only
-// requests the upstream provably did not receive are retried (a failed
-// connect, a full connection pool), whatever their method.
+// Retries bounds sending a request again. A request the upstream
+// provably did not receive (a failed connect, a full connection pool, an
+// HTTP/2 stream refused) is retried whatever its method; one sent on a
+// reused connection that died before any response byte, only when its
+// method is idempotent or the upstream provably did not process it, and
+// its body was buffered. A partial response is never retried.
 type Retries struct {
 	// Attempts is the most tries a request gets, the first included; 1
 	// turns retries off.
@@ -156,6 +159,11 @@ type Retries struct {
 	// retries (plus a floor of a few per window), so that a failing
 	// upstream is not stormed.
 	Budget float64 `key:"budget"`
+	// BufferBody is the largest request body (by its Content-Length) read
+	// whole before the request is sent, so that it can be sent again; 0
+	// streams every body. Larger bodies, and those of unknown length,
+	// stream and are retried only when nothing of them was read.
+	BufferBody Size `key:"buffer_body"`
 }
 
 // Discovery names exactly one source of a cluster's endpoints.

@@ -232,7 +232,14 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	if b := c.Retries.Budget; b < 0 || b > 1 {
 		v.add(key+".retries.budget", "expected a fraction from 0 to 1, got %g", b)
 	}
+	if b := c.Retries.BufferBody; b < 0 || b > maxRetryBufferBody {
+		v.add(key+".retries.buffer_body", "expected a size from 0 (off) to 16MiB, got %d", b)
+	}
 }
+
+// maxRetryBufferBody bounds retries.buffer_body: each request in flight may
+// hold that much memory.
+const maxRetryBufferBody = 16 << 20
 
 func (v *validator) kubernetes(key string, k KubernetesSrc) {
 	if k.Namespace == "" {

@@ -72,16 +72,27 @@ func rawOrigin(tb testing.TB, response []byte) string {
 
 func benchProxy(tb testing.TB, origin string) *listener {
 	tb.Helper()
+	return clusterProxy(tb, nil, origin)
+}
+
+// clusterProxy is benchProxy with several endpoints and the cluster's
+// configuration adjusted by set (if not nil).
+func clusterProxy(tb testing.TB, set func(*config.Cluster), origins ...string) *listener {
+	tb.Helper()
 	cfg := config.Default()
 	l := config.Listener{Name: "bench", Address: "127.0.0.1:0",
 		Routes: []config.Route{{Match: config.Match{PathPrefix: "/"}, Cluster: "origin"}}}
-	c := config.Cluster{Name: "origin", Discovery: config.Discovery{Static: []string{origin}}}
+	c := config.Cluster{Name: "origin", Discovery: config.Discovery{Static: origins}}
 	// Apply the element defaults the loader would.
 	l.Limits.MaxHeaderBytes = config.DefaultMaxHeaderBytes
 	l.Timeouts = config.ListenerTimeouts{Header: time.Second, Idle: time.Minute, Write: time.Minute}
 	c.Balancer = config.BalancerP2C
 	c.MaxConnsPerEndpoint = 16
 	c.Timeouts = config.ClusterTimeouts{Connect: time.Second, Response: 5 * time.Second, Idle: time.Minute}
+	c.Retries = config.Retries{Attempts: config.DefaultRetryAttempts, Budget: config.DefaultRetryBudget, BufferBody: config.DefaultRetryBufferBody}
+	if set != nil {
+		set(&c)
+	}
 	cfg.Listeners = []config.Listener{l}
 	cfg.Clusters = []config.Cluster{c}
 	meter := metric.NewMeterProvider().Meter("bench")

@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 )
 
@@ -104,6 +106,17 @@ func (l *listener) serveRequest(ctx *fasthttp.RequestCtx, conn *drain.Conn) {
 	if rs := req.BodyStream(); rs != nil && cl != 0 {
 		body = acquireReqBody(rs, conn, limit, int64(cl), l.cfg.Timeouts.Header)
 		req.SetBodyStream(body, cl)
+		if body.bufferable(r.cluster.cfg.Retries.BufferBody) {
+			if err := body.fill(); err != nil {
+				status := l.upstreamFailed(ctx, r, nil, body, err)
+				releaseReqBody(body)
+				r.metrics.record(proto, status, start)
+				l.accessLog(ctx, conn, r.cluster.name, status, start)
+				return
+			}
+			// In memory, the transport can send it again.
+			req.SetBodyRaw(body.buf)
+		}
 	}
 
 	if conn != nil {
@@ -252,7 +265,6 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		out.Header[key] = append(out.Header[key], string(v))
 	}
 	if body != nil {
-		out.Body = io.NopCloser(body)
 		out.ContentLength = int64(req.Header.ContentLength())
 		if out.ContentLength < 0 {
 			out.ContentLength = -1 // chunked: unknown
@@ -279,7 +291,7 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 	// A retry's copy of the request must keep the trailer map onEOF fills.
 	trailer := out.Trailer
 	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
-	resp, ep, err := r.cluster.exchangeHTTP(context.Background(), ep, out, keepTrailer, l.p.log)
+	resp, ep, err := r.cluster.exchangeHTTP(context.Background(), ep, out, body, keepTrailer, l.p.log)
 	if err != nil {
 		return l.upstreamFailed(ctx, r, ep, body, err)
 	}
@@ -395,6 +407,11 @@ type reqBody struct {
 	// trailers have arrived then.
 	onEOF func()
 	err   error
+	// buf holds the whole body once fill has read it; Read then serves
+	// it from off, and rewind starts it over.
+	buf      []byte
+	buffered bool
+	off      int
 }
 
 var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
@@ -402,7 +419,7 @@ var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
 func acquireReqBody(r io.Reader, conn *drain.Conn, limit, size int64, timeout time.Duration) *reqBody {
 	b := reqBodyPool.Get().(*reqBody)
 	onSocket := size < 0 || size > prefetchedBody
-	*b = reqBody{r: r, conn: conn, limit: limit, size: size, deadline: onSocket && conn != nil, timeout: timeout}
+	*b = reqBody{r: r, conn: conn, limit: limit, size: size, deadline: onSocket && conn != nil, timeout: timeout, buf: b.buf[:0]}
 	return b
 }
 
@@ -411,12 +428,76 @@ func (b *reqBody) complete() bool {
 	return b.eof || (b.size >= 0 && b.n >= b.size)
 }
 
+// maxPooledBodyBuffer bounds the buffer a pooled reqBody keeps for the
+// next request: a rare large one is left to the collector.
+const maxPooledBodyBuffer = 64 << 10
+
 func releaseReqBody(b *reqBody) {
-	*b = reqBody{}
+	buf := b.buf[:0]
+	if cap(buf) > maxPooledBodyBuffer {
+		buf = nil
+	}
+	*b = reqBody{buf: buf}
 	reqBodyPool.Put(b)
 }
 
+// bufferable reports whether the body is read whole before the request
+// is sent (retries.buffer_body), which lets it be sent more than once.
+func (b *reqBody) bufferable(limit config.Size) bool {
+	return b.size > 0 && b.size <= int64(limit)
+}
+
+// fill reads the whole body into memory. Its error is also kept in b.err:
+// the client failed.
+func (b *reqBody) fill() error {
+	// One byte of room beyond the length, to see the end without growing.
+	buf := slices.Grow(b.buf[:0], int(b.size)+1)
+	for {
+		n, err := b.read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if len(buf) == cap(buf) {
+			// The engines hold a body to its Content-Length.
+			b.err = errors.New("proxy: request body longer than its Content-Length")
+			return b.err
+		}
+	}
+	b.buf, b.buffered, b.off = buf, true, 0
+	return nil
+}
+
+// rewind makes the body readable from its start again, if it can be: it
+// was buffered, or not a byte of it has been read.
+func (b *reqBody) rewind() bool {
+	switch {
+	case b.buffered:
+		b.off = 0
+		return true
+	case b.n == 0 && !b.eof && b.err == nil:
+		return true
+	}
+	return false
+}
+
 func (b *reqBody) Read(p []byte) (int, error) {
+	if b.buffered {
+		if b.off >= len(b.buf) {
+			return 0, io.EOF
+		}
+		n := copy(p, b.buf[b.off:])
+		b.off += n
+		return n, nil
+	}
+	return b.read(p)
+}
+
+// read reads from the client.
+func (b *reqBody) read(p []byte) (int, error) {
 	if b.deadline {
 		// The engine's header timeout would otherwise cut a long upload
 		// short; a body must instead keep making progress.

@@ -46,6 +46,14 @@ func (l *listener) serveHTTP2(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		body = acquireReqBody(r.Body, nil, limit, r.ContentLength, 0)
 		defer releaseReqBody(body)
+		// With trailers announced, the body streams: they come after it.
+		if len(r.Trailer) == 0 && body.bufferable(rt.cluster.cfg.Retries.BufferBody) {
+			if err := body.fill(); err != nil {
+				status, msg := l.failure(r.Context(), rt, nil, body, err)
+				l.rejectH2(w, r, conn, rt.metrics, rt.cluster.name, status, msg, start)
+				return
+			}
+		}
 	}
 	var status int
 	var err error
@@ -120,7 +128,10 @@ func (l *listener) h2ToH1(w http.ResponseWriter, r *http.Request, conn *drain.Co
 			h.Add(k, v)
 		}
 	}
-	if body != nil {
+	switch {
+	case body != nil && body.buffered:
+		req.SetBodyRaw(body.buf) // the transport can send it again
+	case body != nil:
 		req.SetBodyStream(body, int(r.ContentLength))
 	}
 	var clientIP []byte
@@ -264,9 +275,6 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 	// The engine fills in the request's trailers when its body ends, in
 	// r.Trailer itself: the transport must read that map, not a copy.
 	out.Trailer = r.Trailer
-	if body != nil {
-		out.Body = io.NopCloser(body)
-	}
 	var clientIP []byte
 	if conn != nil {
 		clientIP = conn.ClientIP
@@ -277,7 +285,7 @@ func (l *listener) h2ToHTTP(w http.ResponseWriter, r *http.Request, conn *drain.
 	// A retry's copy of the request must keep reading the trailer map the
 	// engine fills in (see above).
 	keepTrailer := func(o *http.Request) { o.Trailer = r.Trailer }
-	resp, ep, err := rt.cluster.exchangeHTTP(r.Context(), ep, out, keepTrailer, l.p.log)
+	resp, ep, err := rt.cluster.exchangeHTTP(r.Context(), ep, out, body, keepTrailer, l.p.log)
 	if err != nil {
 		status, msg := l.failure(r.Context(), rt, ep, body, err)
 		replyH2(w, status, msg)
@@ -455,6 +463,8 @@ func (l *listener) failure(ctx context.Context, rt *route, ep *endpoint, body *r
 		status, msg = http.StatusServiceUnavailable, "ebb: upstream connection limit reached\n"
 	case errTimeout:
 		status, msg = http.StatusGatewayTimeout, "ebb: upstream timed out\n"
+	case errRefused:
+		status, msg = http.StatusServiceUnavailable, "ebb: upstream refused the request\n"
 	}
 	l.p.log.Warn("upstream error", "listener", l.cfg.Name, "cluster", rt.cluster.name,
 		"endpoint", ep.addr, "kind", errKindNames[kind], "status", status, "err", err)

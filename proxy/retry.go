@@ -3,21 +3,22 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// Retries: a request the upstream provably did not receive (the connect
-// failed, or every allowed connection was busy) is sent to another
-// endpoint, whatever its method, at most retries.attempts tries in all,
-// and only within the cluster's retry budget. Requests that may have
-// reached the upstream are not retried here; the transport itself resends
-// idempotent, bodiless requests whose pooled connection turned out closed
-// (see transport.roundTrip).
+// Retries: a request that failed upstream is sent to another endpoint,
+// at most retries.attempts tries in all and only within the cluster's
+// retry budget, when that is safe (see resendable). The transports
+// themselves first send a request again on a fresh connection to the same
+// endpoint when a pooled one turns out to have been closed by the upstream
+// while idle (see transport.roundTrip and net/http's Transport).
 
 // The retry budget's window, and the retries it allows in any window
 // whatever the traffic: a quiet cluster still gets a few.
@@ -57,15 +58,48 @@ func (b *retryBudget) allow() bool {
 	return true
 }
 
+// errResend is what the GetBody of a request to a net/http upstream
+// returns: net/http asks for the body again only when it judged the
+// request safe to send again (nothing written, an HTTP/2 stream refused or
+// beyond the upstream's GOAWAY, an idempotent request on a reused
+// connection closed before any response byte). Rather than let it retry on
+// the same endpoint, the request comes back to exchangeHTTP, which sends
+// it to another one.
+var errResend = errors.New("proxy: upstream did not process the request")
+
+// resendGetBody is the GetBody of requests to net/http upstreams.
+func resendGetBody() (io.ReadCloser, error) { return nil, errResend }
+
 // notSent reports whether err says the request never reached the
-// upstream, so that sending it elsewhere is safe for any method.
+// upstream.
 func notSent(err error) bool {
 	var ue *upstreamError
 	if errors.As(err, &ue) {
 		return ue.kind == errConnect || ue.kind == errOverloaded
 	}
+	if errors.Is(err, errResend) {
+		return true
+	}
 	kind, client := classifyHTTPError(err)
 	return !client && kind == errConnect
+}
+
+// resendable reports whether a request that failed with err may be sent
+// to another endpoint. idempotent says whether its method is; replayable
+// whether its body (if any) can be sent again: it was buffered, or not a
+// byte of it has been read. A request the upstream provably did not
+// receive goes again whatever its method; one that may have been received
+// but got no response byte, only if idempotent or provably unprocessed
+// (see sendAgain); a partial response never.
+func resendable(err error, idempotent, replayable bool) bool {
+	if !replayable {
+		return false
+	}
+	var ue *upstreamError
+	if errors.As(err, &ue) && ue.unanswered {
+		return sendAgain(ue, idempotent)
+	}
+	return notSent(err)
 }
 
 // isConnectFailure reports whether err is a failed connect to the endpoint.
@@ -80,12 +114,18 @@ func isConnectFailure(err error) bool {
 
 // retry decides whether a request that failed with err on ep, after
 // attempt tries, goes to another endpoint, and returns it (nil: answer
-// with the failure). ctx is the client's side of the request.
-func (c *cluster) retry(ctx context.Context, ep *endpoint, attempt int, err error) *endpoint {
-	if attempt >= c.cfg.Retries.Attempts || ctx.Err() != nil || !notSent(err) {
+// with the failure). ctx is the client's side of the request; idempotent
+// and replayable are resendable's.
+func (c *cluster) retry(ctx context.Context, ep *endpoint, attempt int, err error, idempotent, replayable bool) *endpoint {
+	if attempt >= c.cfg.Retries.Attempts || ctx.Err() != nil || !resendable(err, idempotent, replayable) {
 		return nil
 	}
 	next := c.pickOther(ep)
+	if next == nil && errors.Is(err, errResend) {
+		// The only endpoint refused or went away: net/http sends it again
+		// on a new connection to it, as it would have itself.
+		next = ep
+	}
 	if next == nil || !c.budget.allow() {
 		return nil
 	}
@@ -119,7 +159,11 @@ func (c *cluster) pickOther(ep *endpoint) *endpoint {
 // It returns the endpoint that answered, or the last one tried with the
 // error. ctx is the client's side of the request.
 func (c *cluster) exchangeH1(ctx context.Context, ep *endpoint, req *fasthttp.Request, resp *fasthttp.Response, log *slog.Logger) (*endpoint, error) {
+	// A streamed body is consumed by the first attempt that writes it; a
+	// request whose body was never written keeps it (notSent).
+	idempotent := isIdempotent(req)
 	for attempt := 1; ; attempt++ {
+		streamed := req.BodyStream() != nil
 		ep.inflight.Add(1) // the transport takes it off
 		err := ep.rt.roundTrip(ctx, req, resp)
 		if err == nil {
@@ -127,7 +171,7 @@ func (c *cluster) exchangeH1(ctx context.Context, ep *endpoint, req *fasthttp.Re
 			return ep, nil
 		}
 		c.outcome(ep, isConnectFailure(err), 0)
-		next := c.retry(ctx, ep, attempt, err)
+		next := c.retry(ctx, ep, attempt, err, idempotent, !streamed || notSent(err))
 		if next == nil {
 			return ep, err
 		}
@@ -138,24 +182,36 @@ func (c *cluster) exchangeH1(ctx context.Context, ep *endpoint, req *fasthttp.Re
 }
 
 // exchangeHTTP is exchangeH1 for net/http upstreams. On success the
-// caller calls ep.release once the response body is closed. keep, if not
-// nil, adjusts each retry's copy of the request.
-func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Request, keep func(*http.Request), log *slog.Logger) (*http.Response, *endpoint, error) {
+// caller calls ep.release once the response body is closed. body is the
+// request's body (nil: none); keep, if not nil, adjusts each retry's copy
+// of the request.
+//
+// net/http's Transport sends a request again by itself, on the same
+// endpoint, when it judges that safe; left alone it does so with growing
+// pauses, and without end for an endpoint that accepts connections and
+// refuses every stream. Every request is therefore arranged to come back
+// here instead (see resendOnce), and the retry policy decides.
+func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Request, body *reqBody, keep func(*http.Request), log *slog.Logger) (*http.Response, *endpoint, error) {
+	idempotent := isIdempotentMethod(out.Method)
 	for attempt := 1; ; attempt++ {
+		out, cause := resendOnce(out, body, idempotent)
 		ep.inflight.Add(1)
 		resp, err := ep.ht.RoundTrip(out)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode)
 			return resp, ep, nil
 		}
+		if cause != nil && errors.Is(context.Cause(cause), errResend) {
+			err = errResend
+		}
 		ep.release()
 		c.outcome(ep, isConnectFailure(err), 0)
-		next := c.retry(ctx, ep, attempt, err)
+		next := c.retry(ctx, ep, attempt, err, idempotent, body == nil || body.rewind())
 		if next == nil {
 			return nil, ep, err
 		}
 		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		out = out.Clone(out.Context())
+		out = out.Clone(ctx)
 		out.URL.Host = next.addr
 		if keep != nil {
 			keep(out)
@@ -163,3 +219,40 @@ func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Requ
 		ep = next
 	}
 }
+
+// resendOnce prepares one attempt of out so that, when net/http's
+// Transport would send it again, it fails with errResend instead:
+//
+//   - with a body, GetBody returns errResend;
+//   - without one, a non-idempotent request gets an empty body with that
+//     GetBody (it goes out as an empty body of unknown length);
+//   - an idempotent one without a body, for which net/http asks no
+//     GetBody, is tracked: when net/http takes a connection for it a
+//     second time, its context is cancelled with errResend as the cause,
+//     returned as cause. That second send may have started; for an
+//     idempotent request, no harm.
+func resendOnce(out *http.Request, body *reqBody, idempotent bool) (*http.Request, context.Context) {
+	switch {
+	case body != nil:
+		out.Body, out.GetBody = io.NopCloser(body), resendGetBody
+	case !idempotent:
+		out.Body, out.GetBody, out.ContentLength = emptyBody{}, resendGetBody, 0
+	default:
+		ctx, cancel := context.WithCancelCause(out.Context())
+		var conns atomic.Int32
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+			if conns.Add(1) == 2 {
+				cancel(errResend)
+			}
+		}})
+		return out.WithContext(ctx), ctx
+	}
+	return out, nil
+}
+
+// emptyBody is a body with nothing in it that net/http takes for one of
+// unknown length (http.NoBody it would take for none).
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }

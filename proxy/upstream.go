@@ -41,6 +41,9 @@ const (
 	// errBroken: the connection failed after the request was (maybe) sent
 	// and before a complete response header arrived.
 	errBroken
+	// errRefused: an HTTP/2 upstream refused the stream, or went away
+	// before it, unprocessed, and it could not be sent again.
+	errRefused
 )
 
 var errKindNames = [...]string{
@@ -48,16 +51,22 @@ var errKindNames = [...]string{
 	errOverloaded: "overloaded",
 	errTimeout:    "timeout",
 	errBroken:     "broken",
+	errRefused:    "refused",
 }
 
 // upstreamError is an upstream exchange's failure with its kind.
 type upstreamError struct {
 	kind errKind
-	// reused is true when the connection had served a request before; a
-	// reused connection that broke before any response byte is the classic
-	// keep-alive race.
-	reused bool
-	err    error
+	// unanswered: the request went out on a reused connection that ended
+	// before a single response byte, the classic keep-alive race. The
+	// upstream may still have processed it.
+	unanswered bool
+	// unreceived: unanswered, and the upstream's TCP stack acknowledged no
+	// byte of the request before the connection ended. The upstream had
+	// closed the connection before the request reached it, so it cannot
+	// have processed it.
+	unreceived bool
+	err        error
 }
 
 func (e *upstreamError) Error() string { return e.err.Error() }
@@ -153,9 +162,9 @@ const maxStaleAttempts = 4
 //
 // A pooled connection that the upstream closed while it sat idle fails
 // before any response byte: the classic keep-alive race. The request is
-// then sent again on another connection when that is safe: its method is
-// idempotent and it has no streamed body (RFC 9110 §9.2.2). Other retries
-// are a policy decision made above the transport.
+// then sent again on another connection when that is safe (see
+// sendAgain); sending it to another endpoint is a policy decision made
+// above the transport.
 //
 // When ctx ends (an HTTP/2 client reset its stream), the upstream
 // connection is closed, which ends the exchange. HTTP/1 requests pass a
@@ -163,47 +172,67 @@ const maxStaleAttempts = 4
 func (t *transport[C]) roundTrip(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error {
 	// Decided before the first attempt: writing a streamed body consumes
 	// it and takes it off the request.
-	resendable := req.BodyStream() == nil && isIdempotent(req)
+	idempotent, replayable := isIdempotent(req), req.BodyStream() == nil
 	for attempt := 1; ; attempt++ {
-		streamed, stale, err := t.exchange(ctx, req, resp, resendable)
+		streamed, err := t.exchange(ctx, req, resp, idempotent, replayable)
 		if streamed {
 			return nil // the stream finishes the exchange when closed
 		}
-		if stale && resendable && attempt < maxStaleAttempts && ctx.Err() == nil {
-			resp.Reset()
-			continue
+		if err != nil && replayable && attempt < maxStaleAttempts && ctx.Err() == nil {
+			if ue, ok := err.(*upstreamError); ok && sendAgain(ue, idempotent) {
+				resp.Reset()
+				continue
+			}
 		}
 		t.finish()
 		return err
 	}
 }
 
+// sendAgain reports whether a request whose exchange failed with ue may be
+// sent again, its body permitting: it went out on a reused connection that
+// ended before any response byte, and either its method is idempotent
+// (RFC 9110 §9.2.2) or the upstream provably never received it.
+func sendAgain(ue *upstreamError, idempotent bool) bool {
+	return ue.unanswered && (idempotent || ue.unreceived)
+}
+
 // exchange is one attempt of roundTrip on one connection. streamed reports
-// that resp now streams the body from the connection; stale that a reused
-// connection failed before any response byte arrived. resendable says
-// whether the request may be sent again.
-func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, resendable bool) (streamed, stale bool, err error) {
+// that resp now streams the body from the connection. replayable says
+// whether the request's body (if any) can be sent again.
+func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, idempotent, replayable bool) (streamed bool, err error) {
 	var (
 		cc     C
 		conn   net.Conn
 		uc     *upConn
 		reused bool
+		// acked is the upstream's acknowledged byte count before the
+		// request was written, for requests that may be sent again only if
+		// the upstream never received them; -1 when not taken.
+		acked = int64(-1)
 	)
-	// A request that could not be sent again is only sent on a pooled
-	// connection that is still open as far as the socket knows.
-	// The loop ends: each dead connection leaves the pool, and once the
-	// pool is empty acquire dials a new one.
+	// A request that could not be sent again whatever happened is only
+	// sent on a pooled connection that is still open as far as the socket
+	// knows. The loop ends: each dead connection leaves the pool, and once
+	// the pool is empty acquire dials a new one.
 	for {
 		if cc, err = t.acquire(0, false); err != nil {
 			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
-				return false, false, &upstreamError{kind: errOverloaded, err: err}
+				return false, &upstreamError{kind: errOverloaded, err: err}
 			}
-			return false, false, &upstreamError{kind: errConnect, err: err}
+			return false, &upstreamError{kind: errConnect, err: err}
 		}
 		conn = cc.Conn()
 		uc, _ = conn.(*upConn)
 		reused = uc != nil && uc.used
-		if !reused || resendable || !peerClosed(uc.Conn) {
+		if !reused || (idempotent && replayable) {
+			break
+		}
+		if !peerClosed(uc.Conn) {
+			if replayable {
+				acked = ackedBytes(uc.Conn)
+			}
+			testHookChecked()
 			break
 		}
 		t.discard(cc)
@@ -211,10 +240,22 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	// stop ends the watch of ctx; false means ctx's end has closed the
 	// connection, which is then not given back. nil: nothing watched.
 	stop := watchCancel(ctx, conn)
-	fail := func(kind errKind, err error) (bool, bool, error) {
+	fail := func(kind errKind, err error) (bool, error) {
 		cancelled(stop)
 		t.discard(cc)
-		return false, false, &upstreamError{kind: kind, reused: reused, err: err}
+		return false, &upstreamError{kind: kind, err: err}
+	}
+	// unanswered fails the exchange when the connection ended before any
+	// response byte.
+	unanswered := func(err error) (bool, error) {
+		ue := &upstreamError{kind: errBroken, unanswered: reused, err: err}
+		// Read before the connection is closed. The acknowledgement of
+		// the request would have come with (or before) the upstream's FIN
+		// or RST, which has been seen by now.
+		ue.unreceived = reused && acked >= 0 && ackedBytes(uc.Conn) == acked
+		cancelled(stop)
+		t.discard(cc)
+		return false, ue
 	}
 
 	bw := t.hc.AcquireWriter(conn)
@@ -243,14 +284,14 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		switch {
 		case writeErr != nil && isTimeout(writeErr):
 			return fail(errTimeout, writeErr) // the upstream stopped reading
-		case writeErr != nil:
-			_, _, err = fail(errBroken, writeErr)
-			return false, reused, err
 		case isTimeout(err):
 			return fail(errTimeout, err)
+		case !nothing:
+			return fail(errBroken, err) // a partial response
+		case writeErr != nil:
+			return unanswered(writeErr)
 		}
-		_, _, err = fail(errBroken, err)
-		return false, reused && nothing, err
+		return unanswered(err)
 	}
 	// The client gets an HTTP/1.1 response whatever the upstream's version:
 	// the framing ebb writes is HTTP/1.1's.
@@ -285,12 +326,12 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		if err := s.up.ReadBody(br, 0); err != nil {
 			s.release(err)
 			resp.Reset()
-			return false, false, &upstreamError{kind: errBroken, reused: reused, err: err}
+			return false, &upstreamError{kind: errBroken, err: err}
 		}
 		// Downstream, a body that ends with the upstream connection is
 		// sent chunked.
 		resp.SetBodyStream(s, max(cl, -1))
-		return true, false, nil
+		return true, nil
 	}
 	t.hc.ReleaseReader(br)
 	if keepAlive && !cancelled(stop) {
@@ -301,7 +342,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	} else {
 		t.discard(cc)
 	}
-	return false, false, nil
+	return false, nil
 }
 
 // watchCancel closes conn when ctx ends, and returns the function that
@@ -317,11 +358,25 @@ func watchCancel(ctx context.Context, conn net.Conn) func() bool {
 // context's end closed the connection.
 func cancelled(stop func() bool) bool { return stop != nil && !stop() }
 
+// testHookChecked runs after a pooled connection was checked and found
+// open, before a request that is not idempotent is written on it: a test
+// closes the upstream's side there, as its idle timeout would.
+var testHookChecked = func() {}
+
 // isIdempotent reports whether the request's method may be sent twice
 // (RFC 9110 §9.2.2).
 func isIdempotent(req *fasthttp.Request) bool {
 	h := &req.Header
 	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
+}
+
+// isIdempotentMethod is isIdempotent for a method name.
+func isIdempotentMethod(m string) bool {
+	switch m {
+	case "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE":
+		return true
+	}
+	return false
 }
 
 // readResponseHeader reads the final response header, skipping interim

@@ -95,6 +95,8 @@ func classifyHTTPError(err error) (kind errKind, client bool) {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return errBroken, true
+	case errors.Is(err, errResend):
+		return errRefused, false
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return errConnect, false
 	case isTimeout(err):

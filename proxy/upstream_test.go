@@ -2,13 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/config"
 )
 
 // closingOrigin answers one request per connection with keep-alive headers
@@ -25,15 +29,31 @@ func closingOrigin(t *testing.T) (string, <-chan struct{}) {
 	return addr, closed
 }
 
+// serve runs one request through l's HTTP/1 handler, its body (if not
+// nil) in memory.
 func serve(l *listener, method string, body []byte) *fasthttp.RequestCtx {
+	return serveRequest(l, method, func(req *fasthttp.Request) {
+		if body != nil {
+			req.SetBody(body)
+		}
+	})
+}
+
+// serveBody is serve with the body streamed, as fasthttp's server hands
+// it over.
+func serveBody(l *listener, method string, body []byte) *fasthttp.RequestCtx {
+	return serveRequest(l, method, func(req *fasthttp.Request) {
+		req.SetBodyStream(bytes.NewReader(body), len(body))
+	})
+}
+
+func serveRequest(l *listener, method string, setBody func(*fasthttp.Request)) *fasthttp.RequestCtx {
 	var ctx fasthttp.RequestCtx
 	ctx.Init2(nil, nil, false)
 	ctx.Request.Header.SetMethod(method)
 	ctx.Request.Header.SetRequestURI("/")
 	ctx.Request.Header.SetHost("example.com")
-	if body != nil {
-		ctx.Request.SetBody(body)
-	}
+	setBody(&ctx.Request)
 	l.handle(&ctx)
 	return &ctx
 }
@@ -203,5 +223,136 @@ func TestHTTP10WithoutHost(t *testing.T) {
 	}
 	if head := <-heads; !strings.Contains(head, "Host: "+origin) {
 		t.Fatalf("upstream request without the endpoint as Host:\n%s", head)
+	}
+}
+
+// keepAliveOrigin answers each request (reading its body) with "ok" on a
+// kept-alive connection, reports each request on got, and hands each new
+// connection's server side to conns.
+func keepAliveOrigin(t *testing.T) (addr string, got <-chan string, conns <-chan net.Conn) {
+	g, cs := make(chan string, 16), make(chan net.Conn, 16)
+	addr = tcpOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		cs <- c
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return
+			}
+			g <- req.Method + " " + string(body)
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	return addr, g, cs
+}
+
+// TestUnreceivedPostSentAgain: the upstream closes a pooled connection (as
+// its idle timeout does) after ebb checked it and before the POST reaches
+// it. Its TCP stack acknowledged none of the POST, so the POST cannot have
+// been processed: with its body buffered, it is sent again on a new
+// connection, and the upstream gets it once. With retries.buffer_body 0
+// the body streams, cannot be sent again, and the client gets the 502.
+func TestUnreceivedPostSentAgain(t *testing.T) {
+	for _, buffer := range []config.Size{config.DefaultRetryBufferBody, 0} {
+		origin, got, conns := keepAliveOrigin(t)
+		l := clusterProxy(t, func(c *config.Cluster) { c.Retries.BufferBody = buffer }, origin)
+		if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 {
+			t.Fatalf("first GET: %d", ctx.Response.StatusCode())
+		}
+		first := <-conns
+		if r := <-got; r != "GET " {
+			t.Fatalf("origin got %q", r)
+		}
+		testHookChecked = func() {
+			testHookChecked = func() {}
+			first.Close() // returns once the socket is closed: the FIN is out
+		}
+		t.Cleanup(func() { testHookChecked = func() {} })
+		ctx := serveBody(l, "POST", []byte("pay once"))
+		if buffer == 0 {
+			if ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
+				t.Fatalf("streamed POST racing the upstream's idle close: %d %q, want 502", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			select {
+			case r := <-got:
+				t.Fatalf("origin got %q", r)
+			default:
+			}
+			continue
+		}
+		if ctx.Response.StatusCode() != 200 || string(ctx.Response.Body()) != "ok" {
+			t.Fatalf("POST racing the upstream's idle close: %d %q", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if r := <-got; r != "POST pay once" {
+			t.Fatalf("origin got %q", r)
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("origin got another request: %q", r)
+		default:
+		}
+	}
+}
+
+// unansweringOrigin answers the first request on each connection, reads
+// the second whole and closes the connection without a word, reporting
+// each request it read.
+func unansweringOrigin(t *testing.T) (addr string, got <-chan string) {
+	g := make(chan string, 16)
+	addr = tcpOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		for i := range 2 {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			g <- req.Method + " " + string(body)
+			if i == 0 {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
+	})
+	return addr, g
+}
+
+// TestReceivedPostNotSentAgain: on a reused connection, an upstream that
+// read a request and closed without answering may have processed it. A
+// POST gets the 502, and is not sent again; a GET is sent again.
+func TestReceivedPostNotSentAgain(t *testing.T) {
+	origin, got := unansweringOrigin(t)
+	l := benchProxy(t, origin)
+	if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("first GET: %d", ctx.Response.StatusCode())
+	}
+	<-got
+	if ctx := serve(l, "POST", []byte("pay once")); ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
+		t.Fatalf("POST: status %d, want 502", ctx.Response.StatusCode())
+	}
+	if r := <-got; r != "POST pay once" {
+		t.Fatalf("origin got %q", r)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the POST was sent again: origin got %q", r)
+	default:
+	}
+
+	// A GET the same way: the first connection is reused and dies, a new
+	// one answers.
+	if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("GET: status %d", ctx.Response.StatusCode())
+	}
+	if ctx := serve(l, "GET", []byte{}); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("GET on the reused connection: status %d, want 200", ctx.Response.StatusCode())
+	}
+	for range 3 {
+		if r := <-got; r != "GET " {
+			t.Fatalf("origin got %q", r)
+		}
 	}
 }

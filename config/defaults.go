@@ -57,6 +57,7 @@ func (c *Cluster) setDefaults() {
 	}
 	c.MaxConnsPerEndpoint = DefaultMaxConnsPerEndpoint
 	c.Retries = Retries{Attempts: DefaultRetryAttempts, Budget: DefaultRetryBudget, BufferBody: DefaultRetryBufferBody}
+	c.Discovery.OnEmpty = OnEmptyKeep
 }
 
 func (d *DNSSource) setDefaults() {

@@ -210,6 +210,11 @@ clusters:
 			want: []string{"clusters[0].discovery: name exactly one source; found 2"},
 		},
 		{
+			name: "unknown on_empty",
+			yaml: strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, `discovery: { static: ["127.0.0.1:9000"], on_empty: drop }`, 1),
+			want: []string{`clusters[0].discovery.on_empty: expected keep or apply, got "drop"`},
+		},
+		{
 			name: "endpoint file in a missing directory",
 			yaml: strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, `discovery: { file: nowhere/eps.yaml }`, 1),
 			want: []string{"clusters[0].discovery.file: the directory of ", "nowhere/eps.yaml does not exist"},

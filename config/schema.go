@@ -172,7 +172,20 @@ type Discovery struct {
 	File       string         `key:"file"`
 	DNS        *DNSSource     `key:"dns"`
 	Kubernetes *KubernetesSrc `key:"kubernetes"`
+	// OnEmpty says what an empty set from a source that has listed
+	// endpoints before does: OnEmptyKeep or OnEmptyApply.
+	OnEmpty string `key:"on_empty"`
 }
+
+// Discovery.OnEmpty values.
+const (
+	// OnEmptyKeep keeps the last set: an empty answer is more often a
+	// source's accident (a file truncated, a selector mistyped) than a
+	// wish to serve nothing.
+	OnEmptyKeep = "keep"
+	// OnEmptyApply applies it: requests get 503.
+	OnEmptyApply = "apply"
+)
 
 // DNSSource resolves a name to endpoints: A/AAAA records with Port, SRV
 // records (hosts and ports) without.

@@ -220,6 +220,9 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	case d.Kubernetes != nil:
 		v.kubernetes(key+".discovery.kubernetes", *d.Kubernetes)
 	}
+	if d.OnEmpty != OnEmptyKeep && d.OnEmpty != OnEmptyApply {
+		v.add(key+".discovery.on_empty", "expected keep or apply, got %q", d.OnEmpty)
+	}
 	v.positive(key+".timeouts.connect", c.Timeouts.Connect)
 	v.positive(key+".timeouts.response", c.Timeouts.Response)
 	v.positive(key+".timeouts.idle", c.Timeouts.Idle)

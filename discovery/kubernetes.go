@@ -49,7 +49,8 @@ const apiLogInterval = time.Minute
 // If the API cannot be reached, the informer keeps its cache, so the last
 // good set stays, and the failures are logged at most once a minute. A
 // Service whose last endpoint goes away is a real answer, not an error: the
-// empty set is delivered, with a warning.
+// empty set is delivered, and the cluster's discovery.on_empty decides
+// whether it is applied.
 //
 // All fields are read-only after construction; api guards itself.
 type Kubernetes struct {
@@ -180,13 +181,8 @@ func (k *Kubernetes) Run(ctx context.Context, update func(Set)) error {
 		if delivered && slices.Equal(eps, last) {
 			continue
 		}
-		if len(eps) == 0 && len(last) > 0 {
-			// DRAIN.md: an empty answer from a source that has answered
-			// before is suspicious. The API says so with authority (the
-			// Service was scaled to zero, or its selector changed), so
-			// it is delivered, but an operator should see it.
-			k.log.Warn("the Service has no ready or serving endpoints any more; delivering the empty set", "before", len(last))
-		}
+		// An empty set after a non-empty one is delivered too: the
+		// cluster decides what to make of it (discovery.on_empty).
 		last, delivered = eps, true
 		update(k.set(slices.Clone(eps))) // the consumer's own copy
 	}

@@ -75,10 +75,11 @@ type cluster struct {
 	// lastSet is the set last applied, for /endpoints. Written by the one
 	// goroutine that updates the cluster.
 	lastSet atomic.Pointer[discovery.Set]
+	log     *slog.Logger
 }
 
 func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log *slog.Logger) *cluster {
-	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstreamScheme(cfg.Protocol),
+	c := &cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstreamScheme(cfg.Protocol), log: log,
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	c.budget.ratio = cfg.Retries.Budget
 	eps := []*endpoint{}
@@ -104,9 +105,29 @@ func newCluster(cfg config.Cluster, m *clusterMetrics, reg *drain.Registry, log 
 	if set, err := src.Load(); err != nil {
 		log.Warn("no endpoints yet", "cluster", cfg.Name, "err", err)
 	} else {
-		c.setEndpoints(set)
+		c.update(set)
 	}
 	return c
+}
+
+// update applies a set from the cluster's source, unless it is empty after
+// one that was not and discovery.on_empty says to keep the last one.
+func (c *cluster) update(set discovery.Set) {
+	if len(set.Endpoints) == 0 {
+		if last := c.lastSet.Load(); last != nil && len(last.Endpoints) > 0 {
+			if c.metrics != nil {
+				c.metrics.emptyUpdates.Add(context.Background(), 1, c.metrics.attrs...)
+			}
+			if c.cfg.Discovery.OnEmpty != config.OnEmptyApply {
+				c.log.Warn("discovery lists no endpoints any more; keeping the last set (discovery.on_empty: keep)",
+					"cluster", c.name, "source", set.Source, "kept", len(last.Endpoints))
+				return
+			}
+			c.log.Warn("discovery lists no endpoints any more; applying the empty set (discovery.on_empty: apply)",
+				"cluster", c.name, "source", set.Source, "before", len(last.Endpoints))
+		}
+	}
+	c.setEndpoints(set)
 }
 
 // setEndpoints publishes a new endpoint set. Endpoints that stay keep their

@@ -2,11 +2,15 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"log/slog"
 	"net"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
@@ -131,5 +135,45 @@ func TestRemovedEndpointClosesConnectionsAfterLastExchange(t *testing.T) {
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the removed endpoint's connection stayed open after its last exchange")
+	}
+}
+
+// TestEmptyUpdate: a source that listed endpoints and then lists none is
+// counted, and its empty set kept or applied as discovery.on_empty says.
+func TestEmptyUpdate(t *testing.T) {
+	for _, onEmpty := range []string{config.OnEmptyKeep, config.OnEmptyApply} {
+		reader := sdkmetric.NewManualReader()
+		m, err := newMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"), drain.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Cluster{Name: "c", MaxConnsPerEndpoint: 1,
+			Discovery: config.Discovery{Static: []string{"a:1", "b:1"}, OnEmpty: onEmpty}}
+		c := newCluster(cfg, m.forCluster("c"), drain.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c.update(discovery.Set{Source: "file"})
+		want := 2
+		if onEmpty == config.OnEmptyApply {
+			want = 0
+		}
+		if n := len(*c.endpoints.Load()); n != want {
+			t.Errorf("on_empty %s: %d endpoints after an empty update, want %d", onEmpty, n, want)
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var counted int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, mt := range sm.Metrics {
+				if mt.Name == "ebb.discovery.empty_updates" {
+					for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
+						counted += dp.Value
+					}
+				}
+			}
+		}
+		if counted != 1 {
+			t.Errorf("on_empty %s: ebb.discovery.empty_updates = %d, want 1", onEmpty, counted)
+		}
 	}
 }

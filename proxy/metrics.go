@@ -30,6 +30,7 @@ type metrics struct {
 	upstreamErrors metric.Int64Counter
 	retries        metric.Int64Counter
 	ejections      metric.Int64Counter
+	emptyUpdates   metric.Int64Counter
 
 	start  time.Time // of the cumulative series
 	mu     sync.Mutex
@@ -48,7 +49,11 @@ func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
 		return nil, err
 	}
 	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
-		metric.WithDescription("Requests sent again to another endpoint because the first one provably did not receive them.")); err != nil {
+		metric.WithDescription("Requests sent again to another endpoint, when that was safe.")); err != nil {
+		return nil, err
+	}
+	if out.emptyUpdates, err = m.Int64Counter("ebb.discovery.empty_updates",
+		metric.WithDescription("Endpoint sets from discovery that were empty after a non-empty one (kept or applied per discovery.on_empty).")); err != nil {
 		return nil, err
 	}
 	if out.ejections, err = m.Int64Counter("ebb.upstream.ejections",
@@ -56,7 +61,7 @@ func newMetrics(m metric.Meter, reg *drain.Registry) (*metrics, error) {
 		return nil, err
 	}
 	if out.upstreamErrors, err = m.Int64Counter("ebb.upstream.errors",
-		metric.WithDescription("Upstream exchanges that failed, by kind (connect, overloaded, timeout, broken).")); err != nil {
+		metric.WithDescription("Upstream exchanges that failed, by kind (connect, overloaded, timeout, broken, refused).")); err != nil {
 		return nil, err
 	}
 	conns, err := m.Int64ObservableGauge("ebb.downstream.connections",
@@ -247,6 +252,7 @@ func (m *metrics) forCluster(name string) *clusterMetrics {
 		upstreamErrors: m.upstreamErrors,
 		retries:        m.retries,
 		ejections:      m.ejections,
+		emptyUpdates:   m.emptyUpdates,
 	}
 	for k, kind := range errKindNames {
 		if kind != "" {
@@ -266,6 +272,7 @@ type clusterMetrics struct {
 	upstreamErrors metric.Int64Counter
 	retries        metric.Int64Counter
 	ejections      metric.Int64Counter
+	emptyUpdates   metric.Int64Counter
 	errors         [len(errKindNames)][]metric.AddOption
 }
 

@@ -178,7 +178,7 @@ func (p *Proxy) RunDiscovery(ctx context.Context) {
 			continue
 		}
 		wg.Go(func() {
-			if err := c.source.Run(ctx, c.setEndpoints); err != nil {
+			if err := c.source.Run(ctx, c.update); err != nil {
 				p.log.Error("discovery stopped", "cluster", c.name, "err", err)
 			}
 		})

@@ -223,7 +223,7 @@ func (c *cluster) dial(ep *endpoint) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: nc, writeTimeout: c.cfg.Timeouts.Response}, nil
+	return &upConn{Conn: nc, writeTimeout: c.cfg.Timeouts.Response, ackBase: ackedBytes(nc)}, nil
 }
 
 // dialContext opens and counts a TCP connection to ep; net/http's

@@ -73,9 +73,15 @@ func (e *upstreamError) Error() string { return e.err.Error() }
 func (e *upstreamError) Unwrap() error { return e.err }
 
 // upConn is an upstream connection with what ebb needs to know about it.
+// One exchange at a time uses it.
 type upConn struct {
 	net.Conn
-	used          bool          // it has carried a complete exchange
+	used bool  // it has carried a complete exchange
+	sent int64 // bytes written to it
+	// ackBase is the peer's acknowledged byte count (ackedBytes) right
+	// after the connect, or -1 if unknown: later counts less ackBase are
+	// the bytes of data the upstream's TCP stack received.
+	ackBase       int64
 	wrote         atomic.Bool   // the last operation was a write
 	writeTimeout  time.Duration // bounds each write: a stalled upstream is let go
 	writeDeadline drain.WriteDeadline
@@ -100,7 +106,9 @@ func (c *upConn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	c.sent += int64(n)
+	return n, err
 }
 
 // pooledConn is what fasthttp's HostClient hands out: its clientConn type
@@ -206,10 +214,9 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		conn   net.Conn
 		uc     *upConn
 		reused bool
-		// acked is the upstream's acknowledged byte count before the
-		// request was written, for requests that may be sent again only if
-		// the upstream never received them; -1 when not taken.
-		acked = int64(-1)
+		// sent is how many bytes the connection carried before this
+		// request.
+		sent int64
 	)
 	// A request that could not be sent again whatever happened is only
 	// sent on a pooled connection that is still open as far as the socket
@@ -229,13 +236,13 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 			break
 		}
 		if !peerClosed(uc.Conn) {
-			if replayable {
-				acked = ackedBytes(uc.Conn)
-			}
 			testHookChecked()
 			break
 		}
 		t.discard(cc)
+	}
+	if uc != nil {
+		sent = uc.sent
 	}
 	// stop ends the watch of ctx; false means ctx's end has closed the
 	// connection, which is then not given back. nil: nothing watched.
@@ -250,9 +257,9 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	unanswered := func(err error) (bool, error) {
 		ue := &upstreamError{kind: errBroken, unanswered: reused, err: err}
 		// Read before the connection is closed. The acknowledgement of
-		// the request would have come with (or before) the upstream's FIN
-		// or RST, which has been seen by now.
-		ue.unreceived = reused && acked >= 0 && ackedBytes(uc.Conn) == acked
+		// any byte of the request would have come with (or before) the
+		// upstream's FIN or RST, which has been seen by now.
+		ue.unreceived = reused && uc.ackBase >= 0 && ackedBytes(uc.Conn)-uc.ackBase <= sent
 		cancelled(stop)
 		t.discard(cc)
 		return false, ue

@@ -145,12 +145,13 @@ type Cluster struct {
 	Retries Retries `key:"retries"`
 }
 
-// Retries bounds sending a request again. A request the upstream
-// provably did not receive (a failed connect, a full connection pool, an
-// HTTP/2 stream refused) is retried whatever its method; one sent on a
-// reused connection that died before any response byte, only when its
-// method is idempotent or the upstream provably did not process it, and
-// its body was buffered. A partial response is never retried.
+// Retries bounds sending a request again. A request the upstream did not
+// receive (a failed connect, a full connection pool, an HTTP/2 stream
+// refused) is retried whatever its method; one whose connection or
+// stream ended before a response header, only when its method is
+// idempotent or (to an HTTP/1 upstream) the upstream's TCP stack
+// acknowledged none of it. Its body must have been buffered, or not read
+// at all. A partial response or a timeout is never retried.
 type Retries struct {
 	// Attempts is the most tries a request gets, the first included; 1
 	// turns retries off.

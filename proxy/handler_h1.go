@@ -8,22 +8,18 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 )
 
 // prefetchedBody is how much of a request body fasthttp reads before the
 // handler runs; a body up to this size never touches the socket again.
 const prefetchedBody = 8 << 10
-
-var errBodyTooLarge = errors.New("proxy: request body exceeds limits.max_body_bytes")
 
 const msgBodyTooLarge = "ebb: request body too large\n"
 
@@ -109,7 +105,7 @@ func (l *listener) serveRequest(ctx *fasthttp.RequestCtx, conn *drain.Conn) {
 		if body.bufferable(r.cluster.cfg.Retries.BufferBody) {
 			if err := body.fill(); err != nil {
 				status := l.upstreamFailed(ctx, r, nil, body, err)
-				releaseReqBody(body)
+				body.release()
 				r.metrics.record(proto, status, start)
 				l.accessLog(ctx, conn, r.cluster.name, status, start)
 				return
@@ -138,7 +134,7 @@ func (l *listener) serveRequest(ctx *fasthttp.RequestCtx, conn *drain.Conn) {
 			ctx.Response.SetConnectionClose()
 			conn.LingerOnClose()
 		}
-		releaseReqBody(body)
+		body.release()
 	}
 	r.metrics.record(proto, status, start)
 	l.accessLog(ctx, conn, r.cluster.name, status, start)
@@ -293,6 +289,7 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
 	resp, ep, err := r.cluster.exchangeHTTP(context.Background(), ep, out, body, keepTrailer, l.p.log)
 	if err != nil {
+		body.stopAttempt()
 		return l.upstreamFailed(ctx, r, ep, body, err)
 	}
 	fr := &ctx.Response
@@ -312,6 +309,7 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 	if req.Header.IsHead() || s < 200 || s == http.StatusNoContent || s == http.StatusNotModified {
 		resp.Body.Close()
 		ep.release()
+		body.stopAttempt()
 		fr.SkipBody = true
 		if resp.ContentLength >= 0 {
 			fr.Header.SetContentLength(int(resp.ContentLength))
@@ -324,7 +322,10 @@ func (l *listener) forwardHTTP(ctx *fasthttp.RequestCtx, r *route, body *reqBody
 		// response may have both a length and trailers).
 		size = -1
 	}
-	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header}, int(size))
+	if body != nil {
+		body.hold() // for the response body: see httpBody.Close
+	}
+	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header, req: body}, int(size))
 	return s
 }
 
@@ -337,6 +338,10 @@ type httpBody struct {
 	ep   *endpoint
 	resp *http.Response
 	down *fasthttp.ResponseHeader
+	// req is the request's body, if any: net/http may still be sending
+	// it (full duplex), but the client's connection is fasthttp's again
+	// once the response is written.
+	req  *reqBody
 	once sync.Once
 }
 
@@ -357,16 +362,22 @@ func (b *httpBody) Read(p []byte) (int, error) {
 
 func (b *httpBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.ep.release() })
+	b.once.Do(func() {
+		b.ep.release()
+		if b.req != nil {
+			b.req.stopAttempt()
+			b.req.release()
+		}
+	})
 	return err
 }
 
 // upstreamFailed answers for a failed exchange and returns the status.
 func (l *listener) upstreamFailed(ctx *fasthttp.RequestCtx, r *route, ep *endpoint, body *reqBody, err error) int {
-	if body != nil && body.err != nil {
+	if err := body.failed(); err != nil {
 		// The client, not the upstream, failed: it sent too much, or
 		// stopped sending. Either way its connection cannot be reused.
-		if errors.Is(body.err, errBodyTooLarge) {
+		if errors.Is(err, errBodyTooLarge) {
 			localReply(ctx, fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge)
 			ctx.Response.SetConnectionClose()
 			lingerOnClose(ctx)
@@ -388,138 +399,4 @@ func localReply(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.SetStatusCode(status)
 	resp.Header.SetContentType("text/plain; charset=utf-8")
 	resp.SetBodyString(msg)
-}
-
-// reqBody wraps the client's streamed request body on its way upstream: it
-// enforces limits.max_body_bytes, gives each read a deadline, and keeps the
-// read error so that a failure of the client is not blamed on the upstream.
-// Pooled: it belongs to one request at a time.
-type reqBody struct {
-	r        io.Reader
-	conn     *drain.Conn
-	limit    int64 // 0: none
-	size     int64 // Content-Length, or -1 (chunked)
-	n        int64
-	deadline bool // the body is still on the socket: time each read
-	timeout  time.Duration
-	eof      bool
-	// onEOF, if set, runs when the body has been read whole: the request's
-	// trailers have arrived then.
-	onEOF func()
-	err   error
-	// buf holds the whole body once fill has read it; Read then serves
-	// it from off, and rewind starts it over.
-	buf      []byte
-	buffered bool
-	off      int
-}
-
-var reqBodyPool = sync.Pool{New: func() any { return new(reqBody) }}
-
-func acquireReqBody(r io.Reader, conn *drain.Conn, limit, size int64, timeout time.Duration) *reqBody {
-	b := reqBodyPool.Get().(*reqBody)
-	onSocket := size < 0 || size > prefetchedBody
-	*b = reqBody{r: r, conn: conn, limit: limit, size: size, deadline: onSocket && conn != nil, timeout: timeout, buf: b.buf[:0]}
-	return b
-}
-
-// complete reports whether the whole body has been read.
-func (b *reqBody) complete() bool {
-	return b.eof || (b.size >= 0 && b.n >= b.size)
-}
-
-// maxPooledBodyBuffer bounds the buffer a pooled reqBody keeps for the
-// next request: a rare large one is left to the collector.
-const maxPooledBodyBuffer = 64 << 10
-
-func releaseReqBody(b *reqBody) {
-	buf := b.buf[:0]
-	if cap(buf) > maxPooledBodyBuffer {
-		buf = nil
-	}
-	*b = reqBody{buf: buf}
-	reqBodyPool.Put(b)
-}
-
-// bufferable reports whether the body is read whole before the request
-// is sent (retries.buffer_body), which lets it be sent more than once.
-func (b *reqBody) bufferable(limit config.Size) bool {
-	return b.size > 0 && b.size <= int64(limit)
-}
-
-// fill reads the whole body into memory. Its error is also kept in b.err:
-// the client failed.
-func (b *reqBody) fill() error {
-	// One byte of room beyond the length, to see the end without growing.
-	buf := slices.Grow(b.buf[:0], int(b.size)+1)
-	for {
-		n, err := b.read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if len(buf) == cap(buf) {
-			// The engines hold a body to its Content-Length.
-			b.err = errors.New("proxy: request body longer than its Content-Length")
-			return b.err
-		}
-	}
-	b.buf, b.buffered, b.off = buf, true, 0
-	return nil
-}
-
-// rewind makes the body readable from its start again, if it can be: it
-// was buffered, or not a byte of it has been read.
-func (b *reqBody) rewind() bool {
-	switch {
-	case b.buffered:
-		b.off = 0
-		return true
-	case b.n == 0 && !b.eof && b.err == nil:
-		return true
-	}
-	return false
-}
-
-func (b *reqBody) Read(p []byte) (int, error) {
-	if b.buffered {
-		if b.off >= len(b.buf) {
-			return 0, io.EOF
-		}
-		n := copy(p, b.buf[b.off:])
-		b.off += n
-		return n, nil
-	}
-	return b.read(p)
-}
-
-// read reads from the client.
-func (b *reqBody) read(p []byte) (int, error) {
-	if b.deadline {
-		// The engine's header timeout would otherwise cut a long upload
-		// short; a body must instead keep making progress.
-		if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
-			b.err = err
-			return 0, err
-		}
-	}
-	n, err := b.r.Read(p)
-	b.n += int64(n)
-	if b.limit > 0 && b.n > b.limit {
-		b.err = errBodyTooLarge
-		return n, errBodyTooLarge
-	}
-	switch {
-	case err == io.EOF:
-		b.eof = true
-		if b.onEOF != nil {
-			b.onEOF()
-		}
-	case err != nil:
-		b.err = err
-	}
-	return n, err
 }

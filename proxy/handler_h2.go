@@ -45,7 +45,7 @@ func (l *listener) serveHTTP2(w http.ResponseWriter, r *http.Request) {
 	var body *reqBody
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		body = acquireReqBody(r.Body, nil, limit, r.ContentLength, 0)
-		defer releaseReqBody(body)
+		defer body.release()
 		// With trailers announced, the body streams: they come after it.
 		if len(r.Trailer) == 0 && body.bufferable(rt.cluster.cfg.Retries.BufferBody) {
 			if err := body.fill(); err != nil {
@@ -437,15 +437,16 @@ func endToEnd(src http.Header, f func(k string, vv []string)) {
 // the request: when it has ended, the client left and nothing is blamed on
 // the upstream.
 func (l *listener) failure(ctx context.Context, rt *route, ep *endpoint, body *reqBody, err error) (int, string) {
-	if body != nil && body.err != nil {
-		if errors.Is(body.err, errBodyTooLarge) {
+	if ctx != nil && ctx.Err() != nil {
+		// 499, as nginx logs it: the client closed the request (a body
+		// that could not be read then is its doing too).
+		return statusClientClosed, "ebb: client closed the request\n"
+	}
+	if err := body.failed(); err != nil {
+		if errors.Is(err, errBodyTooLarge) {
 			return http.StatusRequestEntityTooLarge, msgBodyTooLarge
 		}
 		return http.StatusBadRequest, "ebb: could not read the request body\n"
-	}
-	if ctx != nil && ctx.Err() != nil {
-		// 499, as nginx logs it: the client closed the request.
-		return statusClientClosed, "ebb: client closed the request\n"
 	}
 	var kind errKind
 	var ue *upstreamError

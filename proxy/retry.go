@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ebb-proxy/ebb/config"
 	"github.com/valyala/fasthttp"
 )
 
@@ -97,7 +98,7 @@ func resendable(err error, idempotent, replayable bool) bool {
 	}
 	var ue *upstreamError
 	if errors.As(err, &ue) && ue.unanswered {
-		return sendAgain(ue, idempotent)
+		return safeAgain(ue, idempotent)
 	}
 	return notSent(err)
 }
@@ -187,26 +188,33 @@ func (c *cluster) exchangeH1(ctx context.Context, ep *endpoint, req *fasthttp.Re
 // of the request.
 //
 // net/http's Transport sends a request again by itself, on the same
-// endpoint, when it judges that safe; left alone it does so with growing
-// pauses, and without end for an endpoint that accepts connections and
-// refuses every stream. Every request is therefore arranged to come back
+// endpoint, when it judges that safe; left alone it makes up to seven
+// tries, pausing up to 32 s between them, against an endpoint that
+// refuses every stream. Such requests are therefore arranged to come back
 // here instead (see resendOnce), and the retry policy decides.
 func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Request, body *reqBody, keep func(*http.Request), log *slog.Logger) (*http.Response, *endpoint, error) {
 	idempotent := isIdempotentMethod(out.Method)
+	h2 := c.cfg.Protocol != config.ProtocolAuto // auto may be HTTP/1.1
 	for attempt := 1; ; attempt++ {
-		out, cause := resendOnce(out, body, idempotent)
+		var a *bodyAttempt
+		if body != nil {
+			a = body.attempt()
+		}
+		var cause context.Context
+		out, cause = resendOnce(out, a, idempotent, h2)
 		ep.inflight.Add(1)
 		resp, err := ep.ht.RoundTrip(out)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode)
 			return resp, ep, nil
 		}
-		if cause != nil && errors.Is(context.Cause(cause), errResend) {
-			err = errResend
-		}
+		err = classifyRoundTrip(err, cause)
 		ep.release()
 		c.outcome(ep, isConnectFailure(err), 0)
-		next := c.retry(ctx, ep, attempt, err, idempotent, body == nil || body.rewind())
+		// The attempt is over whatever comes next: its body is no longer
+		// read for it, and a body partly read cannot go again.
+		replayable := a == nil || a.end(false) && body.replayable()
+		next := c.retry(ctx, ep, attempt, err, idempotent, replayable)
 		if next == nil {
 			return nil, ep, err
 		}
@@ -220,23 +228,47 @@ func (c *cluster) exchangeHTTP(ctx context.Context, ep *endpoint, out *http.Requ
 	}
 }
 
+// classifyRoundTrip turns a net/http RoundTrip error into what the retry
+// policy needs: errResend when net/http wanted to send the request again
+// (cause is resendOnce's), an unanswered upstreamError when the
+// connection or stream failed before a response header (RoundTrip
+// returns no error once one has arrived), and err itself otherwise.
+func classifyRoundTrip(err error, cause context.Context) error {
+	if errors.Is(err, errResend) || cause != nil && errors.Is(context.Cause(cause), errResend) {
+		return errResend
+	}
+	if kind, client := classifyHTTPError(err); kind == errBroken && !client {
+		return &upstreamError{kind: errBroken, unanswered: true, err: err}
+	}
+	return err
+}
+
 // resendOnce prepares one attempt of out so that, when net/http's
 // Transport would send it again, it fails with errResend instead:
 //
-//   - with a body, GetBody returns errResend;
-//   - without one, a non-idempotent request gets an empty body with that
-//     GetBody (it goes out as an empty body of unknown length);
+//   - with a body (a, its attempt), GetBody returns errResend;
+//   - without one, a non-idempotent request to an HTTP/2 upstream (h2,
+//     h2c) gets an empty body with that GetBody (it goes out as HEADERS
+//     and an empty DATA frame ending the stream). Not to an auto one,
+//     which may speak HTTP/1.1: there the body would go out chunked. net/http
+//     sends such a request again by itself only when the upstream did not
+//     process it (a refused stream, a connection that failed before it was
+//     written), on the same endpoint;
 //   - an idempotent one without a body, for which net/http asks no
 //     GetBody, is tracked: when net/http takes a connection for it a
 //     second time, its context is cancelled with errResend as the cause,
 //     returned as cause. That second send may have started; for an
-//     idempotent request, no harm.
-func resendOnce(out *http.Request, body *reqBody, idempotent bool) (*http.Request, context.Context) {
+//     idempotent request, no harm. Its cancel is not called otherwise:
+//     the response body is read under that context, which ends with its
+//     parent.
+func resendOnce(out *http.Request, a *bodyAttempt, idempotent, h2 bool) (*http.Request, context.Context) {
 	switch {
-	case body != nil:
-		out.Body, out.GetBody = io.NopCloser(body), resendGetBody
-	case !idempotent:
+	case a != nil:
+		out.Body, out.GetBody = a, resendGetBody
+	case !idempotent && h2:
 		out.Body, out.GetBody, out.ContentLength = emptyBody{}, resendGetBody, 0
+	case !idempotent:
+		// As it is: no body, Content-Length: 0 on HTTP/1.1.
 	default:
 		ctx, cancel := context.WithCancelCause(out.Context())
 		var conns atomic.Int32

@@ -2,13 +2,18 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -97,6 +102,11 @@ func TestRetryBudget(t *testing.T) {
 // answers each request's HEADERS with RST_STREAM(REFUSED_STREAM), or with
 // GOAWAY whose last stream is 0, and reports each request on the channel.
 func refusingH2C(t *testing.T, goAway bool) (addr string, refused <-chan uint32) {
+	return resettingH2C(t, goAway, http2.ErrCodeRefusedStream)
+}
+
+// resettingH2C is refusingH2C resetting each stream with code.
+func resettingH2C(t *testing.T, goAway bool, code http2.ErrCode) (addr string, refused <-chan uint32) {
 	r := make(chan uint32, 64)
 	// Connections net/http opened for a request it then gave up on stay
 	// open in its pool; they end with the test.
@@ -144,7 +154,7 @@ func refusingH2C(t *testing.T, goAway bool) (addr string, refused <-chan uint32)
 					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 					return
 				}
-				fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+				fr.WriteRSTStream(f.StreamID, code)
 			}
 		}
 	})
@@ -223,5 +233,220 @@ func TestRefusedStreamRetriedElsewhere(t *testing.T) {
 		if ctx := serveBody(l, "GET", nil); ctx.Response.StatusCode() != http.StatusServiceUnavailable {
 			t.Fatalf("goaway %v, GET to the only endpoint refusing: %d %q, want 503", goAway, ctx.Response.StatusCode(), ctx.Response.Body())
 		}
+	}
+}
+
+// TestUnansweredRetriedElsewhereIfIdempotent: an endpoint that takes a
+// request on a new connection and fails it before any response byte (its
+// process killed, a stream reset with INTERNAL_ERROR) may have processed
+// it. A GET goes to another endpoint; a POST does not, and gets the 502.
+func TestUnansweredRetriedElsewhereIfIdempotent(t *testing.T) {
+	t.Run("http1", func(t *testing.T) {
+		bad, got := silentOrigin(t)
+		good, heads, _ := recordingOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		rr := func(c *config.Cluster) { c.Balancer = config.BalancerRoundRobin }
+		l := clusterProxy(t, rr, bad, good)
+		c := l.p.snap.Load().tables[0].routes[0].cluster
+		c.rr.Store(0) // the silent endpoint first
+		if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 {
+			t.Fatalf("GET: %d %q, want 200 from the other endpoint", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		<-got
+		<-heads
+		c.rr.Store(0)
+		if ctx := serveBody(l, "POST", []byte("pay once")); ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
+			t.Fatalf("POST: %d %q, want 502", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		<-got
+		select {
+		case h := <-heads:
+			t.Fatalf("the POST the first endpoint received went to the other one too:\n%s", h)
+		default:
+		}
+	})
+	t.Run("h2c", func(t *testing.T) {
+		bad, reset := resettingH2C(t, false, http2.ErrCodeInternal)
+		good := echoH2C(t)
+		h2c := func(c *config.Cluster) { c.Protocol = config.ProtocolH2C; c.Balancer = config.BalancerRoundRobin }
+		l := clusterProxy(t, h2c, bad, good)
+		c := l.p.snap.Load().tables[0].routes[0].cluster
+		c.rr.Store(0)
+		if ctx := serve(l, "GET", nil); ctx.Response.StatusCode() != 200 || string(ctx.Response.Body()) != "GET " {
+			t.Fatalf("GET: %d %q, want 200 from the other endpoint", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		<-reset
+		for _, body := range []string{"pay once", ""} {
+			c.rr.Store(0)
+			if ctx := serveBody(l, "POST", []byte(body)); ctx.Response.StatusCode() != fasthttp.StatusBadGateway {
+				t.Fatalf("POST %q: %d %q, want 502", body, ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			<-reset
+			select {
+			case <-reset:
+				t.Fatalf("POST %q sent to the resetting endpoint twice", body)
+			default:
+			}
+		}
+	})
+}
+
+// TestRetryAddressesNextEndpoint: a retry's request names the endpoint it
+// goes to (its URL's host, what a TLS upstream's server name and a
+// missing Host default to), not the one that failed.
+func TestRetryAddressesNextEndpoint(t *testing.T) {
+	bad, refused := refusingH2C(t, false)
+	good := echoH2C(t)
+	h2c := func(c *config.Cluster) { c.Protocol = config.ProtocolH2C; c.Balancer = config.BalancerRoundRobin }
+	l := clusterProxy(t, h2c, bad, good)
+	c := l.p.snap.Load().tables[0].routes[0].cluster
+	type dial struct{ ep, host string }
+	dials := make(chan dial, 8)
+	for _, ep := range *c.endpoints.Load() {
+		next := ep.ht.DialContext
+		ep.ht.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials <- dial{ep.addr, addr}
+			return next(ctx, network, addr)
+		}
+	}
+	c.rr.Store(0)
+	if ctx := serveBody(l, "POST", []byte("x")); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("POST: %d %q", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	<-refused
+	for range 2 {
+		d := <-dials
+		if d.ep != d.host {
+			t.Errorf("endpoint %s dialled for a request to %s", d.ep, d.host)
+		}
+	}
+}
+
+// TestRequestBodyOutlivesHandler: net/http's Transport may still read a
+// request body after the response arrived (full duplex). Once the
+// response is done, it reads no more of it, and the next request's body,
+// which may reuse the pooled reqBody, never reaches the first upstream.
+func TestRequestBodyOutlivesHandler(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proceed := make(chan struct{})
+	type result struct {
+		body []byte
+		err  error
+	}
+	got := make(chan result, 1)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	// The smallest stream window (RFC 9113's initial one): most of the
+	// body is still the client's when the response comes.
+	srv := &http.Server{Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 65535},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-proceed
+			b, err := io.ReadAll(r.Body)
+			got <- result{b, err}
+		})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	h2c := func(c *config.Cluster) { c.Protocol = config.ProtocolH2C }
+	l := clusterProxy(t, h2c, ln.Addr().String())
+	first := serveBody(l, "POST", bytes.Repeat([]byte("x"), 512<<10))
+	if first.Response.StatusCode() != 200 {
+		t.Fatalf("first POST: %d %q", first.Response.StatusCode(), first.Response.Body())
+	}
+	// Written: fasthttp closes the body stream.
+	if err := first.Response.CloseBodyStream(); err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := recordingOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	if ctx := serveBody(benchProxy(t, other), "POST", bytes.Repeat([]byte("y"), 512<<10)); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("second POST: %d", ctx.Response.StatusCode())
+	}
+	close(proceed)
+	r := <-got
+	if r.err == nil {
+		t.Fatalf("the first upstream read the whole body (%d bytes), want it cut once the response was done", len(r.body))
+	}
+	if n := bytes.Count(r.body, []byte("y")); n > 0 || len(r.body) >= 512<<10 {
+		t.Fatalf("the first upstream read %d bytes, %d of them the second request's", len(r.body), n)
+	}
+}
+
+// TestTruncatedBodyNotForwarded: a client body that ends before its
+// Content-Length is a 400, and nothing of it reaches the upstream as if
+// it were whole, buffered or streamed.
+func TestTruncatedBodyNotForwarded(t *testing.T) {
+	origin, heads, _ := recordingOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	for _, buffer := range []config.Size{config.DefaultRetryBufferBody, 0} {
+		l := clusterProxy(t, func(c *config.Cluster) { c.Retries.BufferBody = buffer }, origin)
+		ctx := serveRequest(l, "POST", func(req *fasthttp.Request) {
+			req.SetBodyStream(bytes.NewReader([]byte("0123456789")), 5000)
+		})
+		if ctx.Response.StatusCode() != fasthttp.StatusBadRequest {
+			t.Fatalf("buffer_body %d: status %d %q, want 400", buffer, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		select {
+		case h := <-heads:
+			t.Fatalf("buffer_body %d: the upstream answered a request with a truncated body:\n%s", buffer, h)
+		default:
+		}
+	}
+}
+
+// TestBodilessPostShape: a POST without a body reaches each kind of
+// net/http upstream as one: with Content-Length: 0 over HTTP/1.1 (an
+// auto cluster whose upstream does not offer h2), not chunked; an empty
+// stream over HTTP/2.
+func TestBodilessPostShape(t *testing.T) {
+	type seen struct {
+		proto         string
+		contentLength string
+		chunked       bool
+		body          int
+	}
+	got := make(chan seen, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Proto, r.Header.Get("Content-Length"), slices.Contains(r.TransferEncoding, "chunked"), len(b)}
+	})
+	h1 := httptest.NewTLSServer(h)
+	t.Cleanup(h1.Close)
+	h2 := httptest.NewUnstartedServer(h)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+	h2c := httptest.NewUnstartedServer(h)
+	h2c.Config.Protocols = new(http.Protocols)
+	h2c.Config.Protocols.SetUnencryptedHTTP2(true)
+	h2c.Start()
+	t.Cleanup(h2c.Close)
+
+	auto := func(c *config.Cluster) { c.Protocol = config.ProtocolAuto; c.TLS.InsecureSkipVerify = true }
+	for _, tc := range []struct {
+		name   string
+		set    func(*config.Cluster)
+		origin *httptest.Server
+		want   seen
+	}{
+		{"auto, HTTP/1.1", auto, h1, seen{proto: "HTTP/1.1", contentLength: "0"}},
+		{"auto, HTTP/2", auto, h2, seen{proto: "HTTP/2.0", contentLength: "0"}},
+		{"h2c", func(c *config.Cluster) { c.Protocol = config.ProtocolH2C }, h2c, seen{proto: "HTTP/2.0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := clusterProxy(t, tc.set, tc.origin.Listener.Addr().String())
+			var ctx fasthttp.RequestCtx
+			ctx.Request.Header.SetMethod(http.MethodPost)
+			ctx.Request.SetRequestURI("/")
+			ctx.Request.Header.SetHost("example")
+			l.handle(&ctx)
+			if s := ctx.Response.StatusCode(); s != http.StatusOK {
+				t.Fatalf("status %d %q, want 200", s, ctx.Response.Body())
+			}
+			if s := <-got; s != tc.want {
+				t.Errorf("upstream saw %+v, want %+v", s, tc.want)
+			}
+		})
 	}
 }

@@ -57,10 +57,14 @@ var errKindNames = [...]string{
 // upstreamError is an upstream exchange's failure with its kind.
 type upstreamError struct {
 	kind errKind
-	// unanswered: the request went out on a reused connection that ended
-	// before a single response byte, the classic keep-alive race. The
-	// upstream may still have processed it.
+	// unanswered: the request went out, and the connection (or stream)
+	// ended before a complete response header. The upstream may still
+	// have processed it; nothing of it reached the client.
 	unanswered bool
+	// reused: unanswered on a pooled connection that had carried an
+	// exchange before, the classic keep-alive race (the upstream closed
+	// it while idle).
+	reused bool
 	// unreceived: unanswered, and the upstream's TCP stack acknowledged no
 	// byte of the request before the connection ended. The upstream had
 	// closed the connection before the request reached it, so it cannot
@@ -197,12 +201,20 @@ func (t *transport[C]) roundTrip(ctx context.Context, req *fasthttp.Request, res
 	}
 }
 
-// sendAgain reports whether a request whose exchange failed with ue may be
-// sent again, its body permitting: it went out on a reused connection that
-// ended before any response byte, and either its method is idempotent
-// (RFC 9110 §9.2.2) or the upstream provably never received it.
-func sendAgain(ue *upstreamError, idempotent bool) bool {
+// safeAgain reports whether a request whose exchange failed with ue may be
+// sent again, its body permitting: the connection ended before a response
+// header, and either its method is idempotent (RFC 9110 §9.2.2) or the
+// upstream never received it.
+func safeAgain(ue *upstreamError, idempotent bool) bool {
 	return ue.unanswered && (idempotent || ue.unreceived)
+}
+
+// sendAgain reports whether the transport sends a request that failed with
+// ue again itself, on another connection to the same endpoint: only after
+// the keep-alive race, when that is safe. Any other failure says something
+// about the endpoint, and another one is tried instead (cluster.retry).
+func sendAgain(ue *upstreamError, idempotent bool) bool {
+	return ue.reused && safeAgain(ue, idempotent)
 }
 
 // exchange is one attempt of roundTrip on one connection. streamed reports
@@ -255,11 +267,14 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	// unanswered fails the exchange when the connection ended before any
 	// response byte.
 	unanswered := func(err error) (bool, error) {
-		ue := &upstreamError{kind: errBroken, unanswered: reused, err: err}
+		ue := &upstreamError{kind: errBroken, unanswered: true, reused: reused, err: err}
 		// Read before the connection is closed. The acknowledgement of
 		// any byte of the request would have come with (or before) the
 		// upstream's FIN or RST, which has been seen by now.
-		ue.unreceived = reused && uc.ackBase >= 0 && ackedBytes(uc.Conn)-uc.ackBase <= sent
+		if uc != nil && uc.ackBase >= 0 {
+			acked := ackedBytes(uc.Conn)
+			ue.unreceived = acked >= 0 && acked-uc.ackBase <= sent
+		}
 		cancelled(stop)
 		t.discard(cc)
 		return false, ue

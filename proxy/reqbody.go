@@ -164,10 +164,15 @@ func (b *reqBody) read(p []byte) (int, error) {
 		}
 	}
 	if b.interrupted.Load() {
-		return 0, b.fail(errAttemptOver)
+		return 0, errAttemptOver
 	}
 	n, err := b.r.Read(p)
 	b.n += int64(n)
+	if err != nil && b.interrupted.Load() {
+		// ebb cut the read short, not the client: whatever ended the
+		// attempt is the request's failure.
+		return n, errAttemptOver
+	}
 	switch {
 	case b.limit > 0 && b.n > b.limit:
 		return n, b.fail(errBodyTooLarge)
@@ -193,12 +198,16 @@ func (b *reqBody) read(p []byte) (int, error) {
 }
 
 // interrupt makes a read from the client that is blocked, or about to
-// start, fail now. The client's connection is then closed after the
-// response: its request body was not read to its end.
+// start, fail now: the HTTP/1 connection's read deadline passes, an
+// HTTP/2 stream's body is closed. The client's connection (its stream)
+// is then closed after the response: its request body was not read to
+// its end.
 func (b *reqBody) interrupt() {
 	b.interrupted.Store(true)
 	if b.conn != nil {
 		_ = b.conn.SetReadDeadline(time.Now())
+	} else if c, ok := b.r.(io.Closer); ok {
+		_ = c.Close()
 	}
 }
 
@@ -225,7 +234,7 @@ func (b *reqBody) stopAttempt() {
 // again: it is in memory, or not a byte of it has been read. Only called
 // when no attempt reads it.
 func (b *reqBody) replayable() bool {
-	return b.buffered || (b.n == 0 && !b.eof && b.failed() == nil)
+	return b.buffered || (b.n == 0 && !b.eof && b.failed() == nil && !b.interrupted.Load())
 }
 
 // bodyAttempt is a request body as one attempt of a net/http exchange
@@ -273,25 +282,29 @@ func (a *bodyAttempt) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close is the Transport's: it is done with the body.
+// Close is the Transport's: it is done with the body. It may come while
+// the Transport's Read waits for the client (the stream was reset, the
+// upstream answered early), and must end that Read: net/http waits for
+// it before it returns.
 func (a *bodyAttempt) Close() error {
 	a.end(false)
 	return nil
 }
 
-// end ends the attempt. Its reference to the body goes now, or when the
-// read in progress returns. With wait, end interrupts that read and waits
-// for it. idle reports that no read was in progress.
+// end ends the attempt, interrupting the read of the client's stream in
+// progress, if any. Its reference to the body goes now, or when that read
+// returns; with wait, end waits for it. idle reports that no read was in
+// progress.
 func (a *bodyAttempt) end(wait bool) (idle bool) {
 	a.mu.Lock()
 	idle = !a.reading
 	first := !a.over
 	a.over = true
-	if wait && !idle {
+	if first && !idle {
 		a.b.interrupt()
-		for a.reading {
-			a.idle.Wait()
-		}
+	}
+	for wait && a.reading {
+		a.idle.Wait()
 	}
 	a.mu.Unlock()
 	if first && idle {

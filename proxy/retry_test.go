@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,6 +109,13 @@ func refusingH2C(t *testing.T, goAway bool) (addr string, refused <-chan uint32)
 
 // resettingH2C is refusingH2C resetting each stream with code.
 func resettingH2C(t *testing.T, goAway bool, code http2.ErrCode) (addr string, refused <-chan uint32) {
+	return h2cResetter(t, goAway, code, false)
+}
+
+// h2cResetter is resettingH2C; with atData, it resets a stream only once
+// a DATA frame of its request has come, the rest of the body still to
+// come.
+func h2cResetter(t *testing.T, goAway bool, code http2.ErrCode, atData bool) (addr string, refused <-chan uint32) {
 	r := make(chan uint32, 64)
 	// Connections net/http opened for a request it then gave up on stay
 	// open in its pool; they end with the test.
@@ -154,7 +163,13 @@ func resettingH2C(t *testing.T, goAway bool, code http2.ErrCode) (addr string, r
 					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 					return
 				}
-				fr.WriteRSTStream(f.StreamID, code)
+				if !atData {
+					fr.WriteRSTStream(f.StreamID, code)
+				}
+			case *http2.DataFrame:
+				if atData && len(f.Data()) > 0 {
+					fr.WriteRSTStream(f.StreamID, code)
+				}
 			}
 		}
 	})
@@ -448,5 +463,83 @@ func TestBodilessPostShape(t *testing.T) {
 				t.Errorf("upstream saw %+v, want %+v", s, tc.want)
 			}
 		})
+	}
+}
+
+// TestUpstreamResetMidBody: an HTTP/2 upstream that resets a stream while
+// ebb waits for more of the client's streamed body is the request's
+// failure, a 502, not the client's (a 400 once the body's read timed
+// out): the Transport's Close ends the read it waits for. Over HTTP/1.1
+// and HTTP/2 (h2c) from the client.
+func TestUpstreamResetMidBody(t *testing.T) {
+	origin, streams := h2cResetter(t, false, http2.ErrCodeInternal, true)
+	l := clusterProxy(t, func(c *config.Cluster) {
+		c.Protocol = config.ProtocolH2C
+		c.Retries.BufferBody = 0 // streamed
+	}, origin)
+	p := l.p
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	addr := p.Addr(l.cfg.Name).String()
+	// The client sends the first bytes of its body and then nothing: the
+	// hang guard below is far beyond the body's read timeout (1 s).
+	const guard = 30 * time.Second
+
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(guard))
+		// More than fasthttp reads before the handler runs.
+		head := "POST / HTTP/1.1\r\nHost: example\r\nContent-Length: 100000\r\n\r\n"
+		if _, err := io.WriteString(c, head+strings.Repeat("x", prefetchedBody+10)); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("status %d, want 502", resp.StatusCode)
+		}
+		// Its body was not read to its end: the connection closes.
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("after the response: %v, want EOF", err)
+		}
+	})
+
+	t.Run("HTTP/2", func(t *testing.T) {
+		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+		defer tr.CloseIdleConnections()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go pw.Write([]byte("0123456789"))
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = 100000
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("status %d, want 502", resp.StatusCode)
+		}
+	})
+	if n := len(streams); n != 2 {
+		t.Fatalf("the upstream saw %d streams, want 2 (one per request, none retried)", n)
 	}
 }

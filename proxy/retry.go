@@ -65,7 +65,9 @@ func (b *retryBudget) allow() bool {
 // beyond the upstream's GOAWAY, an idempotent request on a reused
 // connection closed before any response byte). Rather than let it retry on
 // the same endpoint, the request comes back to exchangeHTTP, which sends
-// it to another one.
+// it to another one. net/http's idempotent includes any request with an
+// Idempotency-Key or X-Idempotency-Key header (over HTTP/1.1, to an auto
+// upstream): its client vouches for it, and so ebb lets it go again.
 var errResend = errors.New("proxy: upstream did not process the request")
 
 // resendGetBody is the GetBody of requests to net/http upstreams.
@@ -88,10 +90,10 @@ func notSent(err error) bool {
 // resendable reports whether a request that failed with err may be sent
 // to another endpoint. idempotent says whether its method is; replayable
 // whether its body (if any) can be sent again: it was buffered, or not a
-// byte of it has been read. A request the upstream provably did not
-// receive goes again whatever its method; one that may have been received
-// but got no response byte, only if idempotent or provably unprocessed
-// (see sendAgain); a partial response never.
+// byte of it has been read. A request the upstream did not receive goes
+// again whatever its method; one whose connection or stream ended before
+// a response header, only if idempotent or unreceived (see safeAgain); a
+// partial response never.
 func resendable(err error, idempotent, replayable bool) bool {
 	if !replayable {
 		return false
@@ -246,7 +248,8 @@ func classifyRoundTrip(err error, cause context.Context) error {
 // resendOnce prepares one attempt of out so that, when net/http's
 // Transport would send it again, it fails with errResend instead:
 //
-//   - with a body (a, its attempt), GetBody returns errResend;
+//   - with a body (a, its attempt), GetBody returns errResend. To an auto
+//     upstream the attempt also goes with its connection (carryAttempt);
 //   - without one, a non-idempotent request to an HTTP/2 upstream (h2,
 //     h2c) gets an empty body with that GetBody (it goes out as HEADERS
 //     and an empty DATA frame ending the stream). Not to an auto one,
@@ -265,6 +268,9 @@ func resendOnce(out *http.Request, a *bodyAttempt, idempotent, h2 bool) (*http.R
 	switch {
 	case a != nil:
 		out.Body, out.GetBody = a, resendGetBody
+		if !h2 {
+			out = out.WithContext(httptrace.WithClientTrace(out.Context(), carryAttempt(a)))
+		}
 	case !idempotent && h2:
 		out.Body, out.GetBody, out.ContentLength = emptyBody{}, resendGetBody, 0
 	case !idempotent:

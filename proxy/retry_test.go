@@ -469,24 +469,89 @@ func TestBodilessPostShape(t *testing.T) {
 // TestUpstreamResetMidBody: an HTTP/2 upstream that resets a stream while
 // ebb waits for more of the client's streamed body is the request's
 // failure, a 502, not the client's (a 400 once the body's read timed
-// out): the Transport's Close ends the read it waits for. Over HTTP/1.1
-// and HTTP/2 (h2c) from the client.
+// out): the Transport's Close ends the read it waits for.
 func TestUpstreamResetMidBody(t *testing.T) {
 	origin, streams := h2cResetter(t, false, http2.ErrCodeInternal, true)
-	l := clusterProxy(t, func(c *config.Cluster) {
+	pausedUploadsFail(t, startedClusterProxy(t, func(c *config.Cluster) {
 		c.Protocol = config.ProtocolH2C
 		c.Retries.BufferBody = 0 // streamed
-	}, origin)
+	}, origin))
+	if n := len(streams); n != 2 {
+		t.Fatalf("the upstream saw %d streams, want 2 (one per request, none retried)", n)
+	}
+}
+
+// TestUpstreamDropMidBodyHTTP1: the same with an auto cluster's upstream
+// that speaks HTTP/1.1 and drops the connection after the first bytes of
+// the body. net/http closes the body only once its writer is done with
+// it; the connection's close ends the read instead.
+func TestUpstreamDropMidBodyHTTP1(t *testing.T) {
+	pair := newTestPair(t, "localhost")
+	cert, err := tls.X509KeyPair(pair.cert, pair.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// HTTP/1.1 only (no ALPN), as an upstream without h2 answers.
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	requests := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if readHeader(br) {
+					requests <- struct{}{}
+					// All the client sent: then net/http waits to read
+					// more of the body.
+					io.ReadFull(br, make([]byte, pausedUploadSent))
+				}
+			}()
+		}
+	}()
+	pausedUploadsFail(t, startedClusterProxy(t, func(c *config.Cluster) {
+		c.Protocol = config.ProtocolAuto
+		c.TLS.InsecureSkipVerify = true
+		c.Retries.BufferBody = 0
+	}, ln.Addr().String()))
+	if n := len(requests); n != 2 {
+		t.Fatalf("the upstream saw %d requests, want 2 (one per request, none retried)", n)
+	}
+}
+
+// startedClusterProxy is clusterProxy listening on a loopback port, its
+// address returned.
+func startedClusterProxy(t *testing.T, set func(*config.Cluster), origins ...string) string {
+	t.Helper()
+	l := clusterProxy(t, set, origins...)
 	p := l.p
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	addr := p.Addr(l.cfg.Name).String()
-	// The client sends the first bytes of its body and then nothing: the
-	// hang guard below is far beyond the body's read timeout (1 s).
-	const guard = 30 * time.Second
+	return p.Addr(l.cfg.Name).String()
+}
 
+// pausedUploadSent is how much of its body each client of
+// pausedUploadsFail sends: more than fasthttp reads before the handler
+// runs.
+const pausedUploadSent = prefetchedBody + 10
+
+// pausedUploadsFail sends a POST through the proxy at addr over HTTP/1.1,
+// then one over HTTP/2 (h2c), each client sending the first
+// pausedUploadSent bytes of a 100,000-byte body and then nothing, and wants each answered 502 (and
+// the HTTP/1.1 connection closed: its body was not read to its end). The
+// hang guard is far beyond the body's read timeout (1 s).
+func pausedUploadsFail(t *testing.T, addr string) {
+	t.Helper()
+	const guard = 30 * time.Second
 	t.Run("HTTP/1.1", func(t *testing.T) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -494,9 +559,8 @@ func TestUpstreamResetMidBody(t *testing.T) {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(guard))
-		// More than fasthttp reads before the handler runs.
 		head := "POST / HTTP/1.1\r\nHost: example\r\nContent-Length: 100000\r\n\r\n"
-		if _, err := io.WriteString(c, head+strings.Repeat("x", prefetchedBody+10)); err != nil {
+		if _, err := io.WriteString(c, head+strings.Repeat("x", pausedUploadSent)); err != nil {
 			t.Fatal(err)
 		}
 		br := bufio.NewReader(c)
@@ -508,12 +572,10 @@ func TestUpstreamResetMidBody(t *testing.T) {
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("status %d, want 502", resp.StatusCode)
 		}
-		// Its body was not read to its end: the connection closes.
 		if _, err := br.ReadByte(); err != io.EOF {
 			t.Fatalf("after the response: %v, want EOF", err)
 		}
 	})
-
 	t.Run("HTTP/2", func(t *testing.T) {
 		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 			var d net.Dialer
@@ -522,7 +584,7 @@ func TestUpstreamResetMidBody(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		pr, pw := io.Pipe()
 		defer pw.Close()
-		go pw.Write([]byte("0123456789"))
+		go pw.Write(bytes.Repeat([]byte("x"), pausedUploadSent))
 		ctx, cancel := context.WithTimeout(context.Background(), guard)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", pr)
@@ -539,7 +601,4 @@ func TestUpstreamResetMidBody(t *testing.T) {
 			t.Fatalf("status %d, want 502", resp.StatusCode)
 		}
 	})
-	if n := len(streams); n != 2 {
-		t.Fatalf("the upstream saw %d streams, want 2 (one per request, none retried)", n)
-	}
 }

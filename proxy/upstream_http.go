@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/config"
 )
@@ -68,6 +72,16 @@ func newHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.
 		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
 	}
+	if cfg.Protocol == config.ProtocolAuto {
+		plain := dial
+		dial = func(ctx context.Context) (net.Conn, error) {
+			c, err := plain(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &h1Conn{Conn: c}, nil
+		}
+	}
 	return &http.Transport{
 		// Every request of this transport goes to the one endpoint.
 		DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
@@ -85,6 +99,44 @@ func newHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.
 			PingTimeout:     upstreamPingTimeout,
 		},
 	}
+}
+
+// h1Conn is a connection of an auto cluster, on which net/http's
+// Transport may speak HTTP/1.1. When such a connection fails, net/http
+// waits for its writer to be done with the request body before it
+// reports the failure, and closes the body only after that: a writer
+// waiting for more of a client's body would wait until the client sent
+// it. So the connection knows the attempt whose body it carries (see
+// carryAttempt), and its Close ends that attempt, which ends the read.
+type h1Conn struct {
+	net.Conn
+	attempt atomic.Pointer[bodyAttempt]
+}
+
+func (c *h1Conn) Close() error {
+	err := c.Conn.Close()
+	if a := c.attempt.Swap(nil); a != nil {
+		a.end(false)
+	}
+	return err
+}
+
+// carryAttempt returns a trace that ties a to the HTTP/1.1 connection
+// net/http sends it on. An HTTP/2 connection carries many streams, and
+// its failure closes their bodies itself: it is left alone.
+func carryAttempt(a *bodyAttempt) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		nc := info.Conn
+		if tc, ok := nc.(*tls.Conn); ok {
+			if tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+				return
+			}
+			nc = tc.NetConn()
+		}
+		if c, ok := nc.(*h1Conn); ok {
+			c.attempt.Store(a)
+		}
+	}}
 }
 
 // classifyHTTPError maps a net/http Transport error to an errKind.

@@ -11,7 +11,7 @@ const (
 	DefaultWriteTimeout        = 30 * time.Second
 	DefaultConnectTimeout      = 2 * time.Second
 	DefaultResponseTimeout     = 30 * time.Second
-	DefaultUpstreamIdleTimeout = 30 * time.Second
+	DefaultUpstreamIdleTimeout = 4 * time.Second
 	DefaultMaxConnsPerEndpoint = 512
 	DefaultRetryAttempts       = 2
 	DefaultRetryBudget         = 0.2

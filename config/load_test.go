@@ -53,7 +53,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"balancer", c.Balancer, BalancerP2C},
 		{"connect", c.Timeouts.Connect, 2 * time.Second},
 		{"response", c.Timeouts.Response, 30 * time.Second},
-		{"upstream idle", c.Timeouts.Idle, 30 * time.Second},
+		{"upstream idle", c.Timeouts.Idle, 4 * time.Second},
 		{"max_conns", c.MaxConnsPerEndpoint, 512},
 		{"drain.spread", cfg.Drain.Spread, 2 * time.Second},
 		{"drain.timeout", cfg.Drain.Timeout, 25 * time.Second},

@@ -184,22 +184,29 @@ func h2cResetter(t *testing.T, goAway bool, code http2.ErrCode, atData bool) (ad
 	return addr, r
 }
 
-// echoH2C is an HTTP/2 (h2c) upstream that answers with the request's
-// method and body.
-func echoH2C(t *testing.T) string {
+// h2cServer serves h with net/http's HTTP/2 server, cleartext (h2c), on
+// a loopback port for the test's duration; h2 (may be nil) configures it.
+func h2cServer(t *testing.T, h2 *http.HTTP2Config, h http.Handler) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Protocols: &protocols, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{Protocols: &protocols, HTTP2: h2, Handler: h}
+	var serving sync.WaitGroup
+	serving.Go(func() { srv.Serve(ln) })
+	t.Cleanup(func() { srv.Close(); serving.Wait() })
+	return ln.Addr().String()
+}
+
+// echoH2C is an HTTP/2 (h2c) upstream that answers with the request's
+// method and body.
+func echoH2C(t *testing.T) string {
+	return h2cServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		io.WriteString(w, r.Method+" "+string(body))
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	}))
 }
 
 // TestRefusedStreamRetriedElsewhere: an HTTP/2 upstream that refuses a
@@ -341,32 +348,24 @@ func TestRetryAddressesNextEndpoint(t *testing.T) {
 // response is done, it reads no more of it, and the next request's body,
 // which may reuse the pooled reqBody, never reaches the first upstream.
 func TestRequestBodyOutlivesHandler(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	proceed := make(chan struct{})
 	type result struct {
 		body []byte
 		err  error
 	}
 	got := make(chan result, 1)
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
 	// The smallest stream window (RFC 9113's initial one): most of the
 	// body is still the client's when the response comes.
-	srv := &http.Server{Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 65535},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	origin := h2cServer(t, &http.HTTP2Config{MaxReceiveBufferPerStream: 65535},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(200)
 			w.(http.Flusher).Flush()
 			<-proceed
 			b, err := io.ReadAll(r.Body)
 			got <- result{b, err}
-		})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+		}))
 	h2c := func(c *config.Cluster) { c.Protocol = config.ProtocolH2C }
-	l := clusterProxy(t, h2c, ln.Addr().String())
+	l := clusterProxy(t, h2c, origin)
 	first := serveBody(l, "POST", bytes.Repeat([]byte("x"), 512<<10))
 	if first.Response.StatusCode() != 200 {
 		t.Fatalf("first POST: %d %q", first.Response.StatusCode(), first.Response.Body())
@@ -492,35 +491,24 @@ func TestUpstreamDropMidBodyHTTP1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// HTTP/1.1 only (no ALPN), as an upstream without h2 answers.
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
 	requests := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if readHeader(br) {
-					requests <- struct{}{}
-					// All the client sent: then net/http waits to read
-					// more of the body.
-					io.ReadFull(br, make([]byte, pausedUploadSent))
-				}
-			}()
+	origin := tcpOrigin(t, func(c net.Conn, _ *bufio.Reader) {
+		tc := tls.Server(c, cfg)
+		defer tc.Close()
+		br := bufio.NewReader(tc)
+		if readHeader(br) {
+			requests <- struct{}{}
+			// All the client sent: then net/http waits to read more of
+			// the body.
+			io.ReadFull(br, make([]byte, pausedUploadSent))
 		}
-	}()
+	})
 	pausedUploadsFail(t, startedClusterProxy(t, func(c *config.Cluster) {
 		c.Protocol = config.ProtocolAuto
 		c.TLS.InsecureSkipVerify = true
 		c.Retries.BufferBody = 0
-	}, ln.Addr().String()))
+	}, origin))
 	if n := len(requests); n != 2 {
 		t.Fatalf("the upstream saw %d requests, want 2 (one per request, none retried)", n)
 	}
@@ -583,8 +571,10 @@ func pausedUploadsFail(t *testing.T, addr string) {
 		}}
 		defer tr.CloseIdleConnections()
 		pr, pw := io.Pipe()
-		defer pw.Close()
-		go pw.Write(bytes.Repeat([]byte("x"), pausedUploadSent))
+		var writer sync.WaitGroup
+		defer writer.Wait()
+		defer pw.Close() // ends the write below if the body was not read
+		writer.Go(func() { pw.Write(bytes.Repeat([]byte("x"), pausedUploadSent)) })
 		ctx, cancel := context.WithTimeout(context.Background(), guard)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", pr)

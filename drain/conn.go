@@ -143,7 +143,7 @@ func (c *Conn) lingerClose() {
 }
 
 // Read yields the processor once before the first read after a write (see
-// the same trick on upstream connections in package proxy): after a
+// the same trick on upstream connections in package proxy/upstream): after a
 // response, the client's next request is rarely there yet, and a read that
 // finds nothing costs a system call before the goroutine parks.
 func (c *Conn) Read(p []byte) (int, error) {
@@ -322,6 +322,23 @@ func (c *Conn) Abort() error {
 
 // NetConn returns the wrapped connection.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// ConnOf returns the registry's connection under c: c itself, or the
+// connection a TLS session (or any wrapper with NetConn) runs on; nil if
+// there is none.
+func ConnOf(c net.Conn) *Conn {
+	for c != nil {
+		switch v := c.(type) {
+		case *Conn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
 
 func formatIP(a net.Addr) []byte {
 	if ta, ok := a.(*net.TCPAddr); ok {

@@ -9,11 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
 )
 
 // The drain's timeline on each engine, in fake time: the controller gives
@@ -45,55 +45,18 @@ func startDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
 	}
 }
 
-// TestHTTP1CloseSignal: before the connection's moment (here T+1s)
-// responses keep the connection; from it on, each carries Connection:
-// close, counted.
-func TestHTTP1CloseSignal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := benchProxy(t, "127.0.0.1:1") // never dialled: CONNECT is refused
-		reg := l.p.reg
-		client, server := net.Pipe()
-		defer client.Close()
-		conn := reg.Track(&addrConn{Conn: server}, "bench", true)
-		conn.SetProtocol(drain.ProtoHTTP1)
-		var ctx fasthttp.RequestCtx
-		ctx.Init2(conn, nil, false)
-		closes := func() bool {
-			ctx.Request.Reset()
-			ctx.Response.Reset()
-			ctx.Request.Header.SetMethod("CONNECT")
-			ctx.Request.Header.SetRequestURI("example.com:443")
-			l.handle(&ctx)
-			return ctx.Response.ConnectionClose()
-		}
-		if closes() {
-			t.Fatal("Connection: close before the drain")
-		}
-		stop := startDrain(reg, time.Second)
-		defer stop()
-		time.Sleep(500 * time.Millisecond) // fake time
-		synctest.Wait()
-		if closes() {
-			t.Fatal("Connection: close during the announce phase")
-		}
-		time.Sleep(500 * time.Millisecond) // fake time
-		synctest.Wait()
-		if !closes() {
-			t.Fatal("no Connection: close after the connection's moment")
-		}
-		if n, r := reg.Stats.CloseSignals[drain.ProtoHTTP1].Load(), reg.Stats.Requests.Load(); n != 1 || r != 2 {
-			t.Fatalf("%d Connection: close counted, %d requests during the drain; want 1 and 2", n, r)
-		}
-	})
-}
-
 // TestHTTP2CloseSignal: at the connection's moment the engine sends the
 // first GOAWAY and a PING; a client that does not answer the PING gets the
 // final GOAWAY after drain.http2.goaway_grace (1s).
 func TestHTTP2CloseSignal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := benchProxy(t, "127.0.0.1:1")
-		reg := l.p.reg
+		cfg := config.Default()
+		cfg.Listeners = []config.Listener{proxytest.Listener()}
+		cfg.Clusters = []config.Cluster{proxytest.Cluster("127.0.0.1:1")}
+		p := newTestProxy(t, cfg)
+		t.Cleanup(p.snap.Load().Close)
+		l := p.listeners[0]
+		reg := p.reg
 		client, server := net.Pipe()
 		conn := reg.Track(&addrConn{Conn: server}, "bench", true)
 		served := make(chan struct{})

@@ -1,128 +1,120 @@
 package proxy
 
 import (
-	"errors"
-	"io"
+	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
-	"time"
 
+	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/forward"
+	"github.com/ebb-proxy/ebb/proxy/h1"
+	"github.com/ebb-proxy/ebb/proxy/h2"
 )
 
-// acceptLoop accepts connections on a socket, registers each one and hands
-// it to an engine. It is ebb's own loop rather than a library's so that
-// every connection is in the registry before a byte is read, and so that
-// when to stop accepting is a drain decision, not an engine's.
-type acceptLoop struct {
-	ln        net.Listener
-	name      string
-	drainable bool // inbound: its connections are drained
-	reg       *drain.Registry
-	dispatch  func(*drain.Conn)
+// listener is one configured listener: its socket, ebb's accept loop on it,
+// and the engines serving what the loop accepts: HTTP/1 (package h1) and
+// HTTP/2 (package h2), chosen per connection by ALPN or by the client
+// preface (see serveConn).
+//
+// All fields but loop, certs and tls (set by bind) are set by newListener
+// and read-only after.
+type listener struct {
+	p     *Proxy
+	cfg   config.Listener
+	fwd   *forward.Listener // what both engines' requests share
+	h1    *h1.Server
+	h2    *h2.Server
+	chl   *chanListener
+	loop  *acceptLoop // set by bind
+	certs *certStore  // set by bind when the listener has TLS
+	tls   *tls.Config
 
-	stopOnce sync.Once
-	started  atomic.Bool   // run has begun
-	quit     chan struct{} // closed by stop, ends a backoff wait
-	done     chan struct{} // closed when run returns
+	conns sync.WaitGroup // serveConn goroutines
 }
 
-func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
-	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, quit: make(chan struct{}), done: make(chan struct{})}
+func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
+	l := &listener{p: p, cfg: cfg}
+	l.fwd = &forward.Listener{Config: cfg, Index: idx, Snapshot: &p.snap, Registry: p.reg, Log: p.log, Access: p.access}
+	l.h1 = h1.New(l.fwd)
+	l.h2 = &h2.Server{
+		Handler:        h2.Handler(l.fwd),
+		IdleTimeout:    cfg.Timeouts.Idle,
+		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
+		StateChanged: func(c net.Conn, active bool) {
+			if dc := drain.ConnOf(c); dc != nil {
+				if active {
+					dc.SetState(drain.StateActive)
+				} else {
+					dc.SetState(drain.StateIdle)
+				}
+			}
+		},
+		Log: p.log.With("listener", cfg.Name),
+	}
+	return l
 }
 
-// run accepts until the socket is closed. Temporary errors (such as running
-// out of file descriptors) are retried with a capped backoff, as net/http
-// does, instead of ending the loop.
-func (a *acceptLoop) run() {
-	a.started.Store(true)
-	defer close(a.done)
-	var backoff time.Duration
-	for {
-		nc, err := a.ln.Accept()
+// bind opens the listening socket.
+func (l *listener) bind() error {
+	ln, err := net.Listen("tcp", l.cfg.Address)
+	if err != nil {
+		return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
+	}
+	if t := l.cfg.TLS; t != nil {
+		certs, err := newCertStore(t.Cert, t.Key, l.p.log.With("listener", l.cfg.Name))
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			// Transient (EMFILE, ECONNABORTED...): back off and retry.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-a.quit:
-				t.Stop()
-				return
-			}
-			continue
+			ln.Close()
+			return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
 		}
-		backoff = 0
-		if tc, ok := nc.(*net.TCPConn); ok {
-			_ = tc.SetNoDelay(true)
-		}
-		a.dispatch(a.reg.Track(nc, a.name, a.drainable))
+		l.certs, l.tls = certs, serverTLSConfig(certs)
 	}
-}
-
-// stop closes the socket and, if run has begun, waits for it to return.
-// (A run that begins later returns at once; its owner waits for it.)
-func (a *acceptLoop) stop() error {
-	var err error
-	a.stopOnce.Do(func() {
-		close(a.quit)
-		err = a.ln.Close()
+	l.chl = newChanListener(ln.Addr())
+	l.loop = newAcceptLoop(ln, l.cfg.Name, l.cfg.Role != config.RoleOutbound, l.p.reg, func(c *drain.Conn) {
+		c.WriteTimeout = l.cfg.Timeouts.Write
+		l.conns.Go(func() { l.serveConn(c) })
 	})
-	if a.started.Load() {
-		<-a.done
-	}
-	return err
-}
-
-// chanListener is a net.Listener fed from our accept loop. fasthttp's
-// Server.Serve takes a listener; giving it this one keeps accepting in our
-// hands while fasthttp still tracks the connections it serves, so that its
-// own shutdown hooks work.
-type chanListener struct {
-	addr  net.Addr
-	ch    chan net.Conn
-	close chan struct{}
-	once  sync.Once
-}
-
-func newChanListener(addr net.Addr) *chanListener {
-	return &chanListener{addr: addr, ch: make(chan net.Conn), close: make(chan struct{})}
-}
-
-// Accept returns the next connection handed over by the accept loop.
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.close:
-		// fasthttp's Serve ends quietly on io.EOF; any other error is
-		// logged as a "permanent error when accepting".
-		return nil, io.EOF
-	}
-}
-
-// deliver hands c to the engine, or closes it if the engine is gone.
-func (l *chanListener) deliver(c net.Conn) {
-	select {
-	case l.ch <- c:
-	case <-l.close:
-		c.Close()
-	}
-}
-
-// Close stops Accept. Safe to call more than once.
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.close) })
 	return nil
 }
 
-// Addr returns the socket's address.
-func (l *chanListener) Addr() net.Addr { return l.addr }
+// serve runs the accept loop and the HTTP/1 engine until both have
+// stopped, and the certificate watcher until the loop has.
+func (l *listener) serve() {
+	loopDone := make(chan struct{})
+	var watchers sync.WaitGroup
+	if l.certs != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer watchers.Wait()
+		defer cancel()
+		watchers.Go(func() { l.certs.run(ctx) })
+	}
+	go func() {
+		defer close(loopDone)
+		l.loop.run()
+	}()
+	if err := l.h1.Serve(l.chl); err != nil {
+		l.p.log.Error("engine stopped", "listener", l.cfg.Name, "err", err)
+	}
+	// The engine stops on Shutdown or Close, which stop the loop first.
+	<-loopDone
+}
+
+func (l *listener) stopAccepting() {
+	if l.loop != nil {
+		l.loop.stop()
+	}
+}
+
+// close stops accepting and the HTTP/1 engine. The caller closes the
+// connections and then calls wait.
+func (l *listener) close() {
+	l.stopAccepting()
+	if l.chl != nil {
+		l.chl.Close()
+	}
+}
+
+// wait waits for every connection's goroutine to end.
+func (l *listener) wait() { l.conns.Wait() }

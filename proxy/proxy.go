@@ -1,10 +1,16 @@
-// Package proxy is ebb's data path: listeners with ebb's own accept loop,
-// the HTTP/1 engine on fasthttp, routing, clusters and their balancers, the
-// upstream transport, header rules, timeouts and limits.
+// Package proxy is ebb's data path as its owner sees it: Proxy serves the
+// listeners of one configuration. A listener is ebb's own accept loop on
+// a socket (TLS certificates rotated from disk), handing each connection
+// to the engine its first bytes or ALPN choose: package h1 (fasthttp) or
+// package h2 (HTTP/2). Both engines serve each request through the
+// forwarding skeleton of package forward, over the routes and clusters of
+// packages route and cluster, to the transports of package upstream, with
+// the header rules of package headers and the instruments of package
+// metrics.
 //
 // Routes and clusters reach the request path as an immutable snapshot
-// behind an atomic pointer: a request loads it once and uses it to the end,
-// and an update swaps in a new one without a lock.
+// (route.Snapshot) behind an atomic pointer: a request loads it once and
+// uses it to the end.
 package proxy
 
 import (
@@ -23,31 +29,26 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/metrics"
+	"github.com/ebb-proxy/ebb/proxy/route"
 )
 
 // ErrClosed is returned by Start after Shutdown or Close.
 var ErrClosed = errors.New("proxy: closed")
 
-// snapshot is the dynamic configuration compiled for the request path.
-// It is immutable once published.
-type snapshot struct {
-	tables   []*routeTable // indexed like the static listeners
-	clusters map[string]*cluster
-}
-
 // Proxy serves every listener of one configuration.
 //
-// listeners is fixed at New. snap is swapped by Update. mu guards started
-// and closed.
+// listeners and snap are set by New and fixed after (live reload, which
+// will swap snap, is yet to come). mu guards started and closed.
 type Proxy struct {
 	log       *slog.Logger
 	access    *slog.Logger // nil unless telemetry.log.access
 	reg       *drain.Registry
-	metrics   *metrics
+	metrics   *metrics.Metrics
 	listeners []*listener
-	snap      atomic.Pointer[snapshot]
+	snap      atomic.Pointer[route.Snapshot]
 	// goAwayGrace is drain.http2.goaway_grace: the longest wait for the
 	// PING acknowledgement between the two GOAWAYs.
 	goAwayGrace time.Duration
@@ -60,7 +61,7 @@ type Proxy struct {
 
 // New builds a proxy for cfg. It binds nothing until Start.
 func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.Logger) (*Proxy, error) {
-	m, err := newMetrics(meter, reg)
+	m, err := metrics.New(meter, reg)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
@@ -68,34 +69,12 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	if cfg.Telemetry.Log.Access {
 		p.access = log.With("log", "access")
 	}
+	// The snapshot first: the listeners' engines read it.
+	p.snap.Store(route.Build(cfg, m, reg, log))
 	for i, l := range cfg.Listeners {
 		p.listeners = append(p.listeners, newListener(p, i, l))
 	}
-	p.snap.Store(p.build(cfg))
 	return p, nil
-}
-
-// build compiles routes and clusters. A later Update will carry endpoints
-// and pools of unchanged clusters over, since they must outlive a reload.
-func (p *Proxy) build(cfg *config.Config) *snapshot {
-	s := &snapshot{clusters: make(map[string]*cluster, len(cfg.Clusters))}
-	for _, c := range cfg.Clusters {
-		s.clusters[c.Name] = newCluster(c, p.metrics.forCluster(c.Name), p.reg, p.log)
-	}
-	for _, l := range cfg.Listeners {
-		t := &routeTable{noRoute: p.metrics.forRoute(l.Name, "")}
-		byCluster := map[string]*routeMetrics{}
-		for _, r := range l.Routes {
-			rm, ok := byCluster[r.Cluster]
-			if !ok {
-				rm = p.metrics.forRoute(l.Name, r.Cluster)
-				byCluster[r.Cluster] = rm
-			}
-			t.routes = append(t.routes, compileRoute(r, s.clusters[r.Cluster], rm))
-		}
-		s.tables = append(s.tables, t)
-	}
-	return s
 }
 
 // Start binds every listener and starts serving. If one cannot be bound,
@@ -128,44 +107,14 @@ func (p *Proxy) Start() error {
 // added to the telemetry pipeline (see telemetry.Telemetry.AddProducer).
 func (p *Proxy) MetricsProducer() sdkmetric.Producer { return p.metrics }
 
-// ClusterState is what /endpoints shows of one cluster.
-type ClusterState struct {
-	Cluster   string          `json:"cluster"`
-	Source    string          `json:"source"`
-	Updated   time.Time       `json:"updated,omitzero"`
-	Endpoints []EndpointState `json:"endpoints"`
-}
-
-// EndpointState is what /endpoints shows of one endpoint.
-type EndpointState struct {
-	Address string `json:"address"`
-	// State is ready, serving (terminating, used only while no endpoint
-	// is ready) or terminating.
-	State    string `json:"state"`
-	InFlight int64  `json:"in_flight"`
-	// Ejected: passive health has taken it out of the balancer's choice
-	// for now; Ejections counts how often.
-	Ejected   bool  `json:"ejected"`
-	Ejections int64 `json:"ejections"`
-}
-
 // Endpoints reports every cluster's current endpoints, by cluster name.
-func (p *Proxy) Endpoints() []ClusterState {
-	clusters := p.snap.Load().clusters
-	out := make([]ClusterState, 0, len(clusters))
+func (p *Proxy) Endpoints() []cluster.State {
+	clusters := p.snap.Load().Clusters
+	out := make([]cluster.State, 0, len(clusters))
 	for _, c := range clusters {
-		st := ClusterState{Cluster: c.name, Endpoints: []EndpointState{}}
-		if set := c.lastSet.Load(); set != nil {
-			st.Source, st.Updated = set.Source, set.Updated
-		}
-		for _, ep := range *c.all.Load() {
-			st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr,
-				State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load(),
-				Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
-		}
-		out = append(out, st)
+		out = append(out, c.State())
 	}
-	slices.SortFunc(out, func(a, b ClusterState) int { return strings.Compare(a.Cluster, b.Cluster) })
+	slices.SortFunc(out, func(a, b cluster.State) int { return strings.Compare(a.Cluster, b.Cluster) })
 	return out
 }
 
@@ -173,13 +122,10 @@ func (p *Proxy) Endpoints() []ClusterState {
 // the clusters, until ctx ends. It returns once every source has stopped.
 func (p *Proxy) RunDiscovery(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, c := range p.snap.Load().clusters {
-		if c.source == nil {
-			continue
-		}
+	for _, c := range p.snap.Load().Clusters {
 		wg.Go(func() {
-			if err := c.source.Run(ctx, c.update); err != nil {
-				p.log.Error("discovery stopped", "cluster", c.name, "err", err)
+			if err := c.RunDiscovery(ctx); err != nil {
+				p.log.Error("discovery stopped", "cluster", c.Name(), "err", err)
 			}
 		})
 	}
@@ -220,12 +166,6 @@ func (p *Proxy) Close() error {
 	for _, l := range p.listeners {
 		l.wait()
 	}
-	p.closeUpstreams()
+	p.snap.Load().Close()
 	return nil
-}
-
-func (p *Proxy) closeUpstreams() {
-	for _, c := range p.snap.Load().clusters {
-		c.close()
-	}
 }

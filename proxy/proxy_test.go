@@ -71,3 +71,10 @@ func TestCloseRightAfterStart(t *testing.T) {
 		t.Fatalf("Start after Close = %v, want ErrClosed", err)
 	}
 }
+
+// addrConn gives a net.Pipe end a TCP peer address, as accepted sockets have.
+type addrConn struct{ net.Conn }
+
+func (addrConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 40000}
+}

@@ -27,6 +27,14 @@ import (
 	"golang.org/x/net/http2"
 )
 
+// ClientPreface is what an HTTP/2 client sends first (RFC 9113 §3.4): on
+// a cleartext listener, it tells an h2c connection with prior knowledge
+// from an HTTP/1 one.
+const ClientPreface = http2.ClientPreface
+
+// NextProtoTLS is HTTP/2's ALPN protocol name (RFC 9113 §3.2).
+const NextProtoTLS = http2.NextProtoTLS
+
 // Server holds what every connection's engine is configured with. Its
 // fields are read-only once connections are served.
 type Server struct {

@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+)
+
+// Retries: a request that failed upstream is sent to another endpoint,
+// at most retries.attempts tries in all and only within the cluster's
+// retry budget, when that is safe (see upstream.Resendable). The transports
+// themselves first send a request again on a fresh connection to the same
+// endpoint when a pooled one turns out to have been closed by the upstream
+// while idle (see upstream.H1 and net/http's Transport).
+
+// The retry budget's window, and the retries it allows in any window
+// whatever the traffic: a quiet cluster still gets a few.
+const (
+	retryWindow = 10 * time.Second
+	retryFloor  = 10
+)
+
+// budget allows retries up to a fraction of the cluster's requests in
+// the current window, plus retryFloor. Safe for concurrent use; a window
+// rolls over on the first request after it ended (counts from two windows
+// may mix for an instant, which is harmless for a budget).
+type budget struct {
+	ratio   float64
+	start   atomic.Int64 // unix nanoseconds: the current window's start
+	reqs    atomic.Int64
+	retries atomic.Int64
+}
+
+// request counts one request at now.
+func (b *budget) request(now time.Time) {
+	n := now.UnixNano()
+	if s := b.start.Load(); n-s > int64(retryWindow) && b.start.CompareAndSwap(s, n) {
+		b.reqs.Store(0)
+		b.retries.Store(0)
+	}
+	b.reqs.Add(1)
+}
+
+// allow reserves one retry if the budget has room.
+func (b *budget) allow() bool {
+	limit := int64(b.ratio*float64(b.reqs.Load())) + retryFloor
+	if b.retries.Add(1) > limit {
+		b.retries.Add(-1)
+		return false
+	}
+	return true
+}
+
+// retry decides whether a request that failed with err on ep, after
+// attempt tries, goes to another endpoint, and returns it (nil: answer
+// with the failure). ctx is the client's side of the request; idempotent
+// and replayable are resendable's.
+func (c *Cluster) retry(ctx context.Context, ep *Endpoint, attempt int, err error, idempotent, replayable bool) *Endpoint {
+	if attempt >= c.cfg.Retries.Attempts || ctx.Err() != nil || !upstream.Resendable(err, idempotent, replayable) {
+		return nil
+	}
+	next := c.pickOther(ep)
+	if next == nil && errors.Is(err, upstream.ErrResend) {
+		// The only endpoint refused or went away: net/http sends it again
+		// on a new connection to it, as it would have itself.
+		next = ep
+	}
+	if next == nil || !c.budget.allow() {
+		return nil
+	}
+	c.metrics.Retry()
+	return next
+}
+
+// pickOther picks an endpoint other than ep, or nil when there is none.
+func (c *Cluster) pickOther(ep *Endpoint) *Endpoint {
+	eps := *c.endpoints.Load()
+	if len(eps) < 2 {
+		return nil
+	}
+	for range 3 {
+		if next := c.Pick(); next != ep && next != nil {
+			return next
+		}
+	}
+	for _, next := range eps {
+		if next != ep {
+			return next
+		}
+	}
+	return nil
+}
+
+// ExchangeH1 sends req to ep through the HTTP/1 transport, and to other
+// endpoints as retry allows, recording each outcome for passive health.
+// It returns the endpoint that answered, or the last one tried with the
+// error. ctx is the client's side of the request.
+func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Request, resp *fasthttp.Response, log *slog.Logger) (*Endpoint, error) {
+	// A streamed body is consumed by the first attempt that writes it; a
+	// request whose body was never written keeps it (notSent).
+	idempotent := upstream.IsIdempotent(req)
+	for attempt := 1; ; attempt++ {
+		streamed := req.BodyStream() != nil
+		ep.inflight.Add(1) // the transport takes it off
+		err := ep.rt.RoundTrip(ctx, req, resp)
+		if err == nil {
+			c.outcome(ep, false, resp.StatusCode())
+			return ep, nil
+		}
+		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		next := c.retry(ctx, ep, attempt, err, idempotent, !streamed || upstream.NotSent(err))
+		if next == nil {
+			return ep, err
+		}
+		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		resp.Reset()
+		ep = next
+	}
+}
+
+// ExchangeHTTP is ExchangeH1 for net/http upstreams. On success the
+// caller calls ep.Release once the response body is closed. body is the
+// request's body (nil: none); keep, if not nil, adjusts each retry's copy
+// of the request.
+//
+// net/http's Transport sends a request again by itself, on the same
+// endpoint, when it judges that safe; left alone it makes up to seven
+// tries, pausing up to 32 s between them, against an endpoint that
+// refuses every stream. Such requests are therefore arranged to come back
+// here instead (see resendOnce), and the retry policy decides.
+func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), log *slog.Logger) (*http.Response, *Endpoint, error) {
+	idempotent := upstream.IsIdempotentMethod(out.Method)
+	h2 := c.cfg.Protocol != config.ProtocolAuto // auto may be HTTP/1.1
+	for attempt := 1; ; attempt++ {
+		var a *upstream.Attempt
+		if body != nil {
+			a = body.StartAttempt()
+		}
+		var cause context.Context
+		out, cause = upstream.ResendOnce(out, a, idempotent, h2)
+		ep.inflight.Add(1)
+		resp, err := ep.ht.RoundTrip(out)
+		if err == nil {
+			c.outcome(ep, false, resp.StatusCode)
+			return resp, ep, nil
+		}
+		err = upstream.ClassifyRoundTrip(err, cause)
+		ep.Release()
+		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		// The attempt is over whatever comes next: its body is no longer
+		// read for it, and a body partly read cannot go again.
+		replayable := a == nil || a.End(false) && body.Replayable()
+		next := c.retry(ctx, ep, attempt, err, idempotent, replayable)
+		if next == nil {
+			return nil, ep, err
+		}
+		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		out = out.Clone(ctx)
+		out.URL.Host = next.addr
+		if keep != nil {
+			keep(out)
+		}
+		ep = next
+	}
+}

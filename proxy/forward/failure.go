@@ -1,0 +1,62 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+)
+
+// Messages of the answers ebb makes itself.
+const (
+	MsgNoEndpoint   = "ebb: no upstream endpoint available\n"
+	MsgBodyTooLarge = "ebb: request body too large\n"
+	MsgBadBody      = "ebb: could not read the request body\n"
+	MsgConnect      = "ebb: CONNECT is not supported\n"
+)
+
+// StatusClientClosed is recorded for requests whose client left before
+// the answer (it never reaches the client), as nginx logs it.
+const StatusClientClosed = 499
+
+// Failure classifies a failed request, logs and counts it, and returns
+// the status and message to answer with. ctx is the client's side of the
+// request: when it has ended, the client left and nothing is blamed on
+// the upstream; when the client failed to send its body (body.Failed),
+// the answer is a 4xx. ep is the endpoint last tried (nil: none was).
+func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.Endpoint, body *upstream.Body, err error) (int, string) {
+	if ctx != nil && ctx.Err() != nil {
+		// The client closed the request (a body that could not be read
+		// then is its doing too).
+		return StatusClientClosed, "ebb: client closed the request\n"
+	}
+	if err := body.Failed(); err != nil {
+		if errors.Is(err, upstream.ErrBodyTooLarge) {
+			return http.StatusRequestEntityTooLarge, MsgBodyTooLarge
+		}
+		return http.StatusBadRequest, MsgBadBody
+	}
+	kind := upstream.KindOf(err)
+	rt.Cluster.Metrics().UpstreamError(kind)
+	status, msg := http.StatusBadGateway, "ebb: upstream failed\n"
+	switch kind {
+	case upstream.KindConnect:
+		msg = "ebb: upstream connect failed\n"
+	case upstream.KindOverloaded:
+		status, msg = http.StatusServiceUnavailable, "ebb: upstream connection limit reached\n"
+	case upstream.KindTimeout:
+		status, msg = http.StatusGatewayTimeout, "ebb: upstream timed out\n"
+	case upstream.KindRefused:
+		status, msg = http.StatusServiceUnavailable, "ebb: upstream refused the request\n"
+	}
+	addr := ""
+	if ep != nil {
+		addr = ep.Addr()
+	}
+	l.Log.Warn("upstream error", "listener", l.Config.Name, "cluster", rt.Cluster.Name(),
+		"endpoint", addr, "kind", kind.String(), "status", status, "err", err)
+	return status, msg
+}

@@ -1,0 +1,132 @@
+// Package forward is the skeleton every request follows through ebb,
+// whichever engine received it and whichever transport carries it
+// upstream: refuse what cannot be routed, route, prepare, pick an
+// endpoint (503 when there is none), count it for the retry budget,
+// exchange (with retries), map a failure to the status the client gets,
+// then record metrics and the access log line. The engines (package h1,
+// package h2) supply the steps that differ as a Call.
+package forward
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/metrics"
+	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+)
+
+// Listener is what every request of one listener shares: its
+// configuration, where its routes are, and where it reports. Its fields
+// are read-only once requests are served; the snapshot it points to is
+// swapped whole by its owner.
+type Listener struct {
+	// Config is the listener's configuration.
+	Config config.Listener
+	// Index is the listener's place in the snapshot's tables.
+	Index int
+	// Snapshot holds the current routes and clusters.
+	Snapshot *atomic.Pointer[route.Snapshot]
+	// Registry knows every downstream connection and the drain's state.
+	Registry *drain.Registry
+	// Log receives upstream errors; Access, if not nil, one line per
+	// request (telemetry.log.access).
+	Log    *slog.Logger
+	Access *slog.Logger
+}
+
+// Table returns the listener's current routing table.
+func (l *Listener) Table() *route.Table { return l.Snapshot.Load().Tables[l.Index] }
+
+// Call is one request on its way through the skeleton, as one engine
+// carries it. Its methods are the steps that differ between engines and
+// transports; they run on the request's goroutine, in the order Serve
+// documents.
+type Call interface {
+	// Refuse returns the status and message to answer with when the
+	// request cannot be routed at all (CONNECT, a missing Host), or 0.
+	Refuse() (status int, msg string)
+	// Prepare readies the request for rt's cluster: limits, the body,
+	// the header rules, the choice between an upgrade and an exchange.
+	// It returns the status and message to answer with instead, or 0.
+	Prepare(rt *route.Route) (status int, msg string)
+	// Send sends the request to ep, and to other endpoints as the
+	// cluster's retry policy allows, and relays the response. It returns
+	// the status relayed, or the endpoint last tried and the error.
+	Send(rt *route.Route, ep *cluster.Endpoint) (status int, last *cluster.Endpoint, err error)
+	// Reply answers with a response ebb makes itself, replacing any.
+	Reply(status int, msg string)
+	// Body returns the request's body as Prepare wrapped it (nil: none).
+	Body() *upstream.Body
+	// Context returns the client's side of the request: it ends when the
+	// client gives up (an HTTP/2 stream reset), never at a graceful
+	// shutdown. HTTP/1 requests have one that never ends.
+	Context() context.Context
+	// Finish runs once the request has been answered (the response may
+	// still be streaming), with the status sent.
+	Finish(status int)
+	// AccessFields returns what the access log shows of the request; it
+	// is called only when the access log is on.
+	AccessFields() (client, method, host, uri string, bytes int)
+}
+
+// Serve runs one request through the skeleton: Refuse; route (404 when
+// none matches); Prepare; Forward; Finish; metrics and the access log.
+// host and path are the request's authority and path as sent. It returns
+// the route (nil if none) and the status sent.
+func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, host, path S, start time.Time) (*route.Route, int) {
+	if l.Registry.Draining() {
+		l.Registry.Stats.Requests.Add(1)
+	}
+	t := l.Table()
+	if status, msg := c.Refuse(); status != 0 {
+		return nil, l.reject(c, t.NoRoute, proto, "", status, msg, start)
+	}
+	rt := route.Match(t, host, path)
+	if rt == nil {
+		return nil, l.reject(c, t.NoRoute, proto, "", http.StatusNotFound, "ebb: no route for this request\n", start)
+	}
+	if status, msg := c.Prepare(rt); status != 0 {
+		return rt, l.reject(c, rt.Metrics, proto, rt.Cluster.Name(), status, msg, start)
+	}
+	status := Forward(l, c, rt, start)
+	c.Finish(status)
+	rt.Metrics.Record(proto, status, start)
+	l.accessLog(c, rt.Cluster.Name(), status, start)
+	return rt, status
+}
+
+// Forward sends a routed, prepared request upstream: pick an endpoint
+// (503 when there is none), count the request for the retry budget,
+// exchange, and map a failure to ebb's answer. It returns the status sent.
+func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
+	ep := rt.Cluster.Pick()
+	if ep == nil {
+		c.Reply(http.StatusServiceUnavailable, MsgNoEndpoint)
+		return http.StatusServiceUnavailable
+	}
+	rt.Cluster.CountRequest(now)
+	status, last, err := c.Send(rt, ep)
+	if err != nil {
+		status, msg := l.Failure(c.Context(), rt, last, c.Body(), err)
+		c.Reply(status, msg)
+		return status
+	}
+	return status
+}
+
+// reject answers a request ebb will not forward, counts it on rm and logs
+// it, and returns the status.
+func (l *Listener) reject(c Call, rm *metrics.Route, proto drain.Protocol, cluster string, status int, msg string, start time.Time) int {
+	c.Reply(status, msg)
+	c.Finish(status)
+	rm.Record(proto, status, start)
+	l.accessLog(c, cluster, status, start)
+	return status
+}

@@ -1,0 +1,204 @@
+package h1
+
+import (
+	"context"
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/forward"
+	"github.com/ebb-proxy/ebb/proxy/headers"
+	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+)
+
+// prefetchedBody is how much of a request body fasthttp reads before the
+// handler runs; a body up to this size never touches the socket again.
+const prefetchedBody = 8 << 10
+
+// call is one HTTP/1 request going through the forwarding skeleton: the
+// engine's side of forward.Call. Pooled; it belongs to the request's
+// goroutine from handle's start to its end.
+type call struct {
+	s    *Server
+	ctx  *fasthttp.RequestCtx
+	conn *drain.Conn // nil for a connection ebb did not accept (tests)
+	body *upstream.Body
+	// upgrade: the request asks for a WebSocket upgrade, relayed as one.
+	upgrade bool
+	// closeAfter: the connection closes after the response, gracefully
+	// (lingering) when linger is set: the client's body was not read to
+	// its end.
+	closeAfter, linger bool
+}
+
+// Handle serves one HTTP/1 request (the engine's fasthttp server calls it). It runs on a fasthttp worker
+// goroutine; it starts no goroutine and, in steady state, allocates
+// nothing. The upstream call is never bound to ctx (whose Done fires when
+// the engine shuts down, which would abort every request in flight at the
+// start of a drain).
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	c := s.calls.Get().(*call)
+	c.ctx, c.conn = ctx, drain.ConnOf(ctx.Conn())
+	req := &ctx.Request
+	var host, path []byte
+	if !req.Header.IsConnect() {
+		uri := req.URI()
+		// Forward the path, and the Host header, exactly as the client
+		// sent them (fasthttp would normalize the path and lower-case the
+		// host).
+		uri.DisablePathNormalizing = true
+		req.UseHostHeader = true
+		if raw := req.Header.RequestURI(); len(raw) > 0 && raw[0] != '/' && raw[0] != '*' {
+			// Absolute form (RFC 9112 §3.2.2): the URI's host replaces Host.
+			req.Header.SetHostBytes(uri.Host())
+		}
+		host, path = uri.Host(), uri.PathOriginal()
+	}
+	forward.Serve(s.l, c, drain.ProtoHTTP1, host, path, ctx.Time())
+	if conn := c.conn; conn != nil && conn.CloseRequested() && !ctx.Response.ConnectionClose() && conn.State() != drain.StateUpgraded {
+		// The drain's close signal reached this connection: this response
+		// is its last, and the client learns it in-band.
+		ctx.Response.SetConnectionClose()
+		s.l.Registry.Stats.CloseSignals[drain.ProtoHTTP1].Add(1)
+	}
+	*c = call{s: s}
+	s.calls.Put(c)
+}
+
+// Refuse turns away CONNECT and, as RFC 9112 §3.2 says, an HTTP/1.1
+// request without Host.
+func (c *call) Refuse() (int, string) {
+	h := &c.ctx.Request.Header
+	switch {
+	case h.IsConnect():
+		return fasthttp.StatusMethodNotAllowed, forward.MsgConnect
+	case len(h.Host()) == 0 && h.IsHTTP11():
+		return fasthttp.StatusBadRequest, "ebb: missing Host header\n"
+	}
+	return 0, ""
+}
+
+// Prepare chooses between an upgrade and an exchange, holds the body to
+// limits.max_body_bytes (buffering it when retries.buffer_body allows) and
+// applies the header rules.
+func (c *call) Prepare(rt *route.Route) (int, string) {
+	req := &c.ctx.Request
+	cfg := &c.s.l.Config
+	if req.Header.ConnectionUpgrade() && isWebSocket(req.Header.Peek("Upgrade")) {
+		if rt.Cluster.NetHTTP() {
+			// An upgrade is an HTTP/1.1 exchange, and the cluster's
+			// endpoints may speak only HTTP/2 (and TLS).
+			return fasthttp.StatusNotImplemented, "ebb: protocol upgrades are relayed to http1 clusters only\n"
+		}
+		c.upgrade = true
+	} else {
+		cl := req.Header.ContentLength()
+		limit := int64(cfg.Limits.MaxBodyBytes)
+		if limit > 0 && int64(cl) > limit {
+			c.closeAfter, c.linger = true, true
+			return fasthttp.StatusRequestEntityTooLarge, forward.MsgBodyTooLarge
+		}
+		if rs := req.BodyStream(); rs != nil && cl != 0 {
+			var timeout = cfg.Timeouts.Header
+			if cl >= 0 && cl <= prefetchedBody {
+				timeout = 0 // read already: no deadline to keep
+			}
+			c.body = upstream.AcquireBody(rs, c.conn, limit, int64(cl), timeout)
+			req.SetBodyStream(c.body, cl)
+			if c.body.Bufferable(rt.Cluster.Config().Retries.BufferBody) {
+				if err := c.body.Fill(); err != nil {
+					// The client failed: it sent too much, or stopped
+					// sending. Its connection cannot be reused.
+					c.closeAfter, c.linger = true, errors.Is(err, upstream.ErrBodyTooLarge)
+					return c.s.l.Failure(nil, rt, nil, c.body, err)
+				}
+				// In memory, the transport can send it again.
+				req.SetBodyRaw(c.body.Buffered())
+			}
+		}
+	}
+	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Trust: cfg.Headers.TrustForwarded,
+		Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP()}
+	if c.conn != nil {
+		hop.ClientIP = c.conn.ClientIP
+		c.conn.Scratch = headers.FastRequest(&req.Header, hop, c.conn.Scratch)
+	} else {
+		headers.FastRequest(&req.Header, hop, nil)
+	}
+	return 0, ""
+}
+
+// Send relays the request to ep by the cluster's transport, or as an
+// upgrade.
+func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+	switch {
+	case c.upgrade:
+		return c.sendUpgrade(rt, ep)
+	case rt.Cluster.NetHTTP():
+		return c.sendHTTP(rt, ep)
+	}
+	return c.sendH1(rt, ep)
+}
+
+// sendH1 sends the request through ebb's HTTP/1.1 transport; the answer
+// is written into the response fasthttp sends.
+func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+	req, resp := &c.ctx.Request, &c.ctx.Response
+	if len(req.Header.Host()) == 0 {
+		// HTTP/1.0 without Host: name the endpoint, as HTTP/1.1 requires.
+		req.Header.SetHost(ep.Addr())
+	}
+	ep, err := rt.Cluster.ExchangeH1(context.Background(), ep, req, resp, c.s.l.Log)
+	if err != nil {
+		return 0, ep, err
+	}
+	headers.FastResponse(&resp.Header, false)
+	return resp.StatusCode(), ep, nil
+}
+
+// Reply answers with ebb's own response.
+func (c *call) Reply(status int, msg string) { localReply(c.ctx, status, msg) }
+
+// Body returns the request's body (nil: none, or not wrapped).
+func (c *call) Body() *upstream.Body { return c.body }
+
+// Context never ends: an HTTP/1 client's leaving shows as a failed write.
+func (c *call) Context() context.Context { return context.Background() }
+
+// Finish closes the connection after the response when the client's body
+// failed or was not read to its end (an upstream's early answer): the
+// client may still be sending. It releases the body.
+func (c *call) Finish(int) {
+	resp := &c.ctx.Response
+	if b := c.body; b != nil {
+		if !c.closeAfter {
+			if err := b.Failed(); err != nil {
+				c.closeAfter, c.linger = true, errors.Is(err, upstream.ErrBodyTooLarge)
+			}
+			if !b.Complete() && c.conn != nil {
+				c.closeAfter, c.linger = true, true
+			}
+		}
+		b.Release()
+		c.body = nil
+	}
+	if c.closeAfter {
+		resp.SetConnectionClose()
+		if c.linger && c.conn != nil {
+			c.conn.LingerOnClose()
+		}
+	}
+}
+
+// AccessFields returns what the access log shows of the request.
+func (c *call) AccessFields() (client, method, host, uri string, bytes int) {
+	if c.conn != nil {
+		client = string(c.conn.ClientIP)
+	}
+	req := &c.ctx.Request
+	return client, string(req.Header.Method()), string(req.Header.Host()), string(req.Header.RequestURI()),
+		c.ctx.Response.Header.ContentLength()
+}

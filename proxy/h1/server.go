@@ -1,0 +1,142 @@
+// Package h1 is ebb's HTTP/1 engine: fasthttp's server, fed connections by
+// the listener's accept loop, serving each request through the forwarding
+// skeleton (package forward) to an HTTP/1.1 upstream (ebb's transport), an
+// HTTP/2 or auto upstream (net/http's Transport), or, for a WebSocket
+// upgrade, a connection of its own relayed both ways.
+package h1
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/forward"
+)
+
+// Server is the HTTP/1 engine of one listener. Its fields are read-only
+// once it serves.
+type Server struct {
+	l     *forward.Listener
+	srv   *fasthttp.Server
+	calls sync.Pool // of *call
+}
+
+// New returns the HTTP/1 engine of l.
+func New(l *forward.Listener) *Server {
+	cfg := &l.Config
+	s := &Server{l: l}
+	s.calls.New = func() any { return &call{s: s} }
+	s.srv = &fasthttp.Server{
+		Handler: s.Handle,
+		// Headers larger than the read buffer are answered with 431.
+		ReadBufferSize: int(cfg.Limits.MaxHeaderBytes),
+		// Bodies are streamed: fasthttp only prefetches the first bytes,
+		// and ebb enforces limits.max_body_bytes itself.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: math.MaxInt,
+		// A proxy must not parse multipart bodies, only forward them.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  cfg.Timeouts.Header,
+		IdleTimeout:                  cfg.Timeouts.Idle,
+		// The upstream's Server, Date and Content-Type pass through as
+		// they are; ebb adds none of its own.
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		ConnState:             connState,
+		ErrorHandler:          errorHandler,
+		Logger:                fasthttpLogger{l: l.Log.With("listener", cfg.Name)},
+	}
+	if limit := int64(cfg.Limits.MaxBodyBytes); limit > 0 {
+		// A body announced too large is refused before it is read:
+		// fasthttp would otherwise read (up to 8 KiB of) it before the
+		// handler runs. With Expect: 100-continue the client is told at
+		// once; otherwise ebb answers after the body's first byte.
+		s.srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if int64(h.ContentLength()) > limit {
+				return fasthttp.RequestConfig{MaxRequestBodySize: 1}
+			}
+			return fasthttp.RequestConfig{}
+		}
+		s.srv.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
+			if int64(ctx.Request.Header.ContentLength()) <= limit {
+				return fasthttp.StatusContinue
+			}
+			ctx.SetBodyString(forward.MsgBodyTooLarge)
+			ctx.SetContentType("text/plain; charset=utf-8")
+			lingerOnClose(ctx)
+			l.Table().NoRoute.Record(drain.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
+			return fasthttp.StatusRequestEntityTooLarge
+		}
+	}
+	return s
+}
+
+// Serve serves the connections ln hands over until ln's Accept fails
+// (io.EOF ends it quietly).
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// errorHandler answers requests fasthttp could not parse, as fasthttp's
+// default does, and keeps reading what the client still sends for a while
+// before closing, so that the answer is not lost to a reset.
+func errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "ebb: request headers too large\n")
+	case errors.As(err, &ne) && ne.Timeout():
+		localReply(ctx, fasthttp.StatusRequestTimeout, "ebb: request timeout\n")
+	default:
+		localReply(ctx, fasthttp.StatusBadRequest, "ebb: malformed request\n")
+	}
+	lingerOnClose(ctx)
+}
+
+// lingerOnClose marks the request's connection to be closed gracefully
+// (see drain.Conn.LingerOnClose).
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	if c := drain.ConnOf(ctx.Conn()); c != nil {
+		c.LingerOnClose()
+	}
+}
+
+// connState mirrors fasthttp's view of each connection into the registry.
+func connState(c net.Conn, s fasthttp.ConnState) {
+	dc := drain.ConnOf(c)
+	if dc == nil {
+		return
+	}
+	switch s {
+	case fasthttp.StateActive:
+		dc.SetState(drain.StateActive)
+	case fasthttp.StateIdle:
+		dc.SetState(drain.StateIdle)
+	case fasthttp.StateHijacked:
+		dc.SetState(drain.StateUpgraded)
+	}
+}
+
+// localReply replaces the response with one ebb makes itself.
+func localReply(ctx *fasthttp.RequestCtx, status int, msg string) {
+	resp := &ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetBodyString(msg)
+}
+
+// fasthttpLogger sends fasthttp's own messages (malformed requests and the
+// like) to the debug log: they are about clients, not about ebb.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}

@@ -1,0 +1,148 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/headers"
+	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+)
+
+// isWebSocket reports whether an Upgrade header asks for WebSocket, the one
+// upgrade ebb relays. Other offers (h2c, TLS/1.0) are dropped as the
+// hop-by-hop headers they are, and the request is served as HTTP/1.1,
+// which RFC 9110 §7.8 allows.
+func isWebSocket(upgrade []byte) bool {
+	for tok := range bytes.SplitSeq(upgrade, []byte(",")) {
+		tok = bytes.TrimSpace(tok)
+		if i := bytes.IndexByte(tok, '/'); i >= 0 {
+			tok = tok[:i]
+		}
+		if bytes.EqualFold(tok, []byte("websocket")) {
+			return true
+		}
+	}
+	return false
+}
+
+// sendUpgrade forwards a request asking for a WebSocket upgrade, on a
+// connection of its own. On 101 the client connection is hijacked and
+// bytes are relayed both ways until either side closes; the connection is
+// then "upgraded" in the registry, which a drain can only close at its
+// deadline. Any other answer is relayed as an ordinary response, its body
+// streamed from that connection, which closes after it.
+func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+	ctx, conn := c.ctx, c.conn
+	up, err := rt.Cluster.Dial(ep)
+	if err != nil {
+		return 0, ep, &upstream.Error{Kind: upstream.KindConnect, Err: err}
+	}
+	req := &ctx.Request
+	bw := bufio.NewWriter(up)
+	if err := req.Write(bw); err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		up.Close()
+		return 0, ep, &upstream.Error{Kind: upstream.KindBroken, Err: err}
+	}
+	timeout := rt.Cluster.Config().Timeouts.Response
+	up.SetReadDeadline(time.Now().Add(timeout))
+	br := bufio.NewReaderSize(up, upstream.ReadBufferSize)
+	resp := &ctx.Response
+	if _, err := upstream.ReadResponseHeader(resp, br); err != nil {
+		up.Close()
+		kind := upstream.KindBroken
+		if upstream.IsTimeout(err) {
+			kind = upstream.KindTimeout
+		}
+		return 0, ep, &upstream.Error{Kind: kind, Err: err}
+	}
+	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		headers.FastResponse(&resp.Header, false)
+		cl := resp.Header.ContentLength()
+		if req.Header.IsHead() || cl == 0 || resp.StatusCode() == fasthttp.StatusNoContent || resp.StatusCode() == fasthttp.StatusNotModified {
+			up.Close()
+			return resp.StatusCode(), ep, nil
+		}
+		body := &closingBody{conn: up, timeout: timeout}
+		body.up.Header.SetContentLength(cl)
+		body.up.StreamBody = true
+		if err := body.up.ReadBody(br, 0); err != nil {
+			up.Close()
+			return 0, ep, &upstream.Error{Kind: upstream.KindBroken, Err: err}
+		}
+		resp.SetBodyStream(body, max(cl, -1))
+		return resp.StatusCode(), ep, nil
+	}
+	up.SetReadDeadline(time.Time{})
+	headers.FastResponse(&resp.Header, true)
+	head := append([]byte(nil), resp.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(down net.Conn) {
+		if conn != nil {
+			conn.SetState(drain.StateUpgraded)
+		}
+		if _, err := down.Write(head); err != nil {
+			up.Close()
+			return
+		}
+		relay(down, conn, up, br)
+	})
+	return fasthttp.StatusSwitchingProtocols, ep, nil
+}
+
+// closingBody streams a response body read from a connection of its own,
+// and closes that connection when done. Each read has timeouts.response.
+type closingBody struct {
+	up      fasthttp.Response // holds fasthttp's body decoder
+	conn    net.Conn
+	timeout time.Duration
+}
+
+func (b *closingBody) Read(p []byte) (int, error) {
+	if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
+		return 0, err
+	}
+	return b.up.BodyStream().Read(p)
+}
+
+func (b *closingBody) Close() error {
+	b.conn.Close()
+	return b.up.CloseBodyStream()
+}
+
+// relay copies bytes both ways between an upgraded client connection and
+// its upstream. As in net/http/httputil, the first direction to end ends
+// both: the connections are closed and the other copy returns. down reads
+// through the engine's buffer (it may hold bytes the client sent right
+// after its request); conn is the same client connection, closed at the
+// end so that the registry sees it go.
+func relay(down net.Conn, conn *drain.Conn, up *upstream.Conn, upReader *bufio.Reader) {
+	done := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(up, down)
+		done <- struct{}{}
+	})
+	wg.Go(func() {
+		io.Copy(down, upReader)
+		done <- struct{}{}
+	})
+	<-done
+	up.Close()
+	down.Close()
+	if conn != nil {
+		conn.Close()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,117 @@
+package headers
+
+import (
+	"net/http"
+
+	"github.com/valyala/fasthttp"
+)
+
+var http11 = []byte("HTTP/1.1")
+
+// The scans below are written per concrete header type so that fasthttp's
+// iterator stays on the stack: the request path allocates nothing.
+
+func scanRequest(h *fasthttp.RequestHeader) (found hopMask) {
+	for k := range h.All() {
+		found |= hopBit(k)
+	}
+	return found
+}
+
+func scanResponse(h *fasthttp.ResponseHeader) (found hopMask) {
+	for k := range h.All() {
+		found |= hopBit(k)
+	}
+	return found
+}
+
+// FastRequest applies the request rules to a request header going
+// upstream through ebb's HTTP/1 transport, and the framing rules of that
+// transport: the request goes out as HTTP/1.1, the client's
+// "Connection: close" (about its own connection) is not passed on, and
+// fasthttp adds no Content-Type the client did not send. The Host field
+// must already hold the request's authority. scratch is reused to build
+// values and returned for the next request.
+func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
+	scratch = request(h, scanRequest(h), &hop, scratch)
+	if !hop.Upgrade {
+		h.ResetConnectionClose()
+	}
+	h.SetNoDefaultContentType(true)
+	if !h.IsHTTP11() {
+		h.SetProtocolBytes(http11)
+	}
+	return scratch
+}
+
+// FastResponse applies the response rules to an upstream response's
+// header going to the client. The upstream's "Connection: close" was
+// honoured on the upstream connection; it never closes the client's.
+// upgrade keeps Connection and Upgrade, for a 101 being relayed.
+func FastResponse(h *fasthttp.ResponseHeader, upgrade bool) {
+	response(h, scanResponse(h), upgrade)
+	if !upgrade {
+		h.ResetConnectionClose()
+	}
+}
+
+// CopyResponse copies an upstream response header received by ebb's
+// HTTP/1 transport into the http.Header of a response to an HTTP/2
+// client, applying the response rules on the way. It costs three
+// allocations whatever the number of fields: one string holding every
+// value, one slice of value slices, and the keys, which for common fields
+// are constants.
+func CopyResponse(dst http.Header, src *fasthttp.ResponseHeader) {
+	FastResponse(src, false)
+	n, size := 0, 0
+	for _, v := range src.All() {
+		n++
+		size += len(v)
+	}
+	buf := make([]byte, 0, size)
+	for _, v := range src.All() {
+		buf = append(buf, v...)
+	}
+	all := string(buf)
+	vals := make([]string, n)
+	i, off := 0, 0
+	for k, v := range src.All() {
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
+		key := commonKey(k)
+		if prev, ok := dst[key]; ok {
+			dst[key] = append(prev, vals[i])
+		} else {
+			dst[key] = vals[i : i+1 : i+1]
+		}
+		i++
+	}
+}
+
+// commonKey returns k as a string, without allocating for the fields most
+// responses carry.
+func commonKey(k []byte) string {
+	switch string(k) {
+	case "Content-Type":
+		return "Content-Type"
+	case "Content-Length":
+		return "Content-Length"
+	case "Date":
+		return "Date"
+	case "Server":
+		return "Server"
+	case "Cache-Control":
+		return "Cache-Control"
+	case "Etag":
+		return "Etag"
+	case "Last-Modified":
+		return "Last-Modified"
+	case "Vary":
+		return "Vary"
+	case "Set-Cookie":
+		return "Set-Cookie"
+	case "Content-Encoding":
+		return "Content-Encoding"
+	}
+	return string(k)
+}

@@ -1,0 +1,290 @@
+package headers
+
+import (
+	"bufio"
+	"net/http"
+	"net/textproto"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func bufioReader(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
+
+// adapter runs the request rules on raw header lines (after the request
+// line, Host included) through one adapter, and returns the fields that
+// went upstream as a map of canonical names to values.
+type adapter struct {
+	name string
+	run  func(t *testing.T, raw string, hop Hop) http.Header
+}
+
+var adapters = []adapter{
+	{"fasthttp", func(t *testing.T, raw string, hop Hop) http.Header {
+		var h fasthttp.RequestHeader
+		if err := h.Read(bufioReader("POST / HTTP/1.1\r\n" + raw + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		hop.Host = h.Host()
+		FastRequest(&h, hop, nil)
+		return fastFields(&h)
+	}},
+	{"net/http", func(t *testing.T, raw string, hop Hop) http.Header {
+		mh, err := textproto.NewReader(bufioReader(raw + "\r\n")).ReadMIMEHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header(mh)
+		if v := h["Host"]; len(v) > 0 {
+			hop.Host = []byte(v[0])
+		}
+		StdRequest(h, hop)
+		return h
+	}},
+}
+
+// fastFields lists a fasthttp request header's fields as net/http would
+// hold them, without Host and the framing fields, which the net/http
+// adapter leaves to the Transport.
+func fastFields(h *fasthttp.RequestHeader) http.Header {
+	out := http.Header{}
+	for k, v := range h.All() {
+		key := http.CanonicalHeaderKey(string(k))
+		switch key {
+		case "Host", "Content-Length", "Transfer-Encoding":
+			continue
+		}
+		out[key] = append(out[key], string(v))
+	}
+	return out
+}
+
+func TestRequestRules(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  string // header lines after the request line
+		hop  Hop
+		gone []string
+		want map[string][]string // exact values of these fields
+	}{
+		{
+			name: "nothing to strip",
+			raw:  "Host: example.com\r\nX-Ok: 1\r\nAccept: */*\r\n",
+			want: map[string][]string{"X-Ok": {"1"}, "Accept": {"*/*"}},
+		},
+		{
+			name: "fixed hop-by-hop set",
+			raw:  "Host: example.com\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X-T\r\nUpgrade: h2c\r\nX-Ok: 1\r\n",
+			gone: []string{"Keep-Alive", "Proxy-Connection", "Te", "Upgrade"},
+			want: map[string][]string{"X-Ok": {"1"}, "Trailer": {"X-T"}},
+		},
+		{
+			name: "headers named by Connection",
+			raw:  "Host: example.com\r\nConnection: keep-alive, X-Secret ,x-other, X-A, X-B, X-C, X-D, X-E, X-F, X-G\r\nX-Secret: s\r\nX-Other: o\r\nX-Ok: 1\r\nX-G: g\r\nX-A: a\r\nX-F: f\r\n",
+			gone: []string{"Connection", "X-Secret", "X-Other", "X-A", "X-F", "X-G"},
+			want: map[string][]string{"X-Ok": {"1"}},
+		},
+		{
+			name: "Connection cannot remove framing or routing headers",
+			raw:  "Host: example.com\r\nConnection: Content-Length, Host, Transfer-Encoding, X-Forwarded-Host\r\nContent-Length: 3\r\n",
+			gone: []string{"Connection"},
+			want: map[string][]string{"X-Forwarded-Host": {"example.com"}},
+		},
+		{
+			name: "Connection on several lines",
+			raw:  "Host: example.com\r\nConnection: keep-alive\r\nConnection: X-Secret\r\nX-Secret: s\r\nX-Ok: 1\r\n",
+			gone: []string{"Connection", "X-Secret"},
+			want: map[string][]string{"X-Ok": {"1"}},
+		},
+		{
+			name: "upgrade forwarded on purpose",
+			raw:  "Host: example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nKeep-Alive: 5\r\n",
+			hop:  Hop{Upgrade: true},
+			gone: []string{"Keep-Alive"},
+			want: map[string][]string{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}},
+		},
+		{
+			name: "TE: trailers towards HTTP/2",
+			raw:  "Host: example.com\r\nTE: deflate, trailers;q=1\r\n",
+			hop:  Hop{TETrailers: true},
+			want: map[string][]string{"Te": {"trailers"}},
+		},
+		{
+			name: "other TE towards HTTP/2",
+			raw:  "Host: example.com\r\nTE: deflate\r\n",
+			hop:  Hop{TETrailers: true},
+			gone: []string{"Te"},
+		},
+		{
+			name: "Expect goes",
+			raw:  "Host: example.com\r\nExpect: 100-continue\r\n",
+			gone: []string{"Expect"},
+		},
+		{
+			name: "untrusted Forwarded goes",
+			raw:  "Host: example.com\r\nForwarded: for=1.2.3.4;proto=https\r\n",
+			gone: []string{"Forwarded"},
+		},
+		{
+			name: "trusted Forwarded stays",
+			raw:  "Host: example.com\r\nForwarded: for=1.2.3.4;proto=https\r\n",
+			hop:  Hop{Trust: true},
+			want: map[string][]string{"Forwarded": {"for=1.2.3.4;proto=https"}},
+		},
+		{
+			name: "first hop",
+			raw:  "Host: example.com\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9")},
+			want: map[string][]string{"X-Forwarded-For": {"10.0.0.9"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
+		},
+		{
+			name: "appends to a chain",
+			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9")},
+			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}},
+		},
+		{
+			name: "overwrites untrusted proto and host",
+			raw:  "Host: example.com\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9")},
+			want: map[string][]string{"X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
+		},
+		{
+			name: "keeps trusted proto and host",
+			raw:  "Host: example.com\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: front\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9"), Trust: true},
+			want: map[string][]string{"X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"front"}, "X-Forwarded-For": {"10.0.0.9"}},
+		},
+		{
+			name: "tls",
+			raw:  "Host: example.com\r\n",
+			hop:  Hop{TLS: true},
+			want: map[string][]string{"X-Forwarded-Proto": {"https"}},
+		},
+		{
+			name: "tls upgrade",
+			raw:  "Host: example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nX-Forwarded-Proto: http\r\nForwarded: proto=http\r\n",
+			hop:  Hop{TLS: true, Upgrade: true},
+			gone: []string{"Forwarded"},
+			want: map[string][]string{"X-Forwarded-Proto": {"https"}, "Upgrade": {"websocket"}},
+		},
+		{
+			name: "repeated lines are joined or replaced",
+			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: a\r\nX-Forwarded-Host: b\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9")},
+			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
+		},
+	}
+	for _, a := range adapters {
+		for _, tt := range tests {
+			t.Run(a.name+"/"+tt.name, func(t *testing.T) {
+				h := a.run(t, tt.raw, tt.hop)
+				for _, k := range tt.gone {
+					if v, ok := h[k]; ok {
+						t.Errorf("%s: %q survived", k, v)
+					}
+				}
+				for k, want := range tt.want {
+					if got := h[k]; !slices.Equal(got, want) {
+						t.Errorf("%s = %q, want %q", k, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestHopIndexes(t *testing.T) {
+	if hopByHop[hopConnection] != "Connection" || hopByHop[hopUpgrade] != "Upgrade" || hopByHop[hopTE] != "Te" {
+		t.Fatal("hopConnection, hopTE or hopUpgrade does not index hopByHop")
+	}
+}
+
+func TestFastRulesAllocs(t *testing.T) {
+	var resp fasthttp.ResponseHeader
+	rawResp := "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nContent-Length: 0\r\n\r\n"
+	var req fasthttp.RequestHeader
+	rawReq := "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: keep-alive\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n\r\n"
+	var scratch []byte
+	clientIP := []byte("10.0.0.1") // as the connection holds it
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := resp.Read(bufioReader(rawResp)); err != nil {
+			t.Fatal(err)
+		}
+		FastResponse(&resp, false)
+		if err := req.Read(bufioReader(rawReq)); err != nil {
+			t.Fatal(err)
+		}
+		scratch = FastRequest(&req, Hop{ClientIP: clientIP, Host: req.Host()}, scratch)
+	})
+	// Each bufioReader allocates its reader and buffer; the rules add
+	// nothing.
+	if allocs > 4 {
+		t.Fatalf("%v allocations per request and response", allocs)
+	}
+}
+
+func TestResponseRules(t *testing.T) {
+	raw := "Connection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nX-Ok: 1\r\nTransfer-Encoding: chunked\r\n"
+	t.Run("fasthttp", func(t *testing.T) {
+		var h fasthttp.ResponseHeader
+		if err := h.Read(bufioReader("HTTP/1.1 200 OK\r\n" + raw + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		FastResponse(&h, false)
+		out := h.String()
+		for _, bad := range []string{"Keep-Alive", "X-Hop", "Connection"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s survived:\n%s", bad, out)
+			}
+		}
+		if !strings.Contains(out, "X-Ok: 1") {
+			t.Errorf("X-Ok lost:\n%s", out)
+		}
+	})
+	t.Run("net/http", func(t *testing.T) {
+		mh, err := textproto.NewReader(bufioReader(raw + "\r\n")).ReadMIMEHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header(mh)
+		StdResponse(h)
+		want := http.Header{"X-Ok": {"1"}}
+		if !reflect.DeepEqual(h, want) {
+			t.Errorf("got %v, want %v", h, want)
+		}
+	})
+}
+
+func TestCopyResponse(t *testing.T) {
+	var src fasthttp.ResponseHeader
+	src.SetContentType("text/plain")
+	src.SetContentLength(5)
+	src.Add("Set-Cookie", "a=1")
+	src.Add("Set-Cookie", "b=2")
+	src.Add("X-Custom", "v")
+	src.Add("Keep-Alive", "timeout=5")
+	src.SetConnectionClose()
+	dst := http.Header{}
+	CopyResponse(dst, &src)
+	want := http.Header{
+		"Content-Type":   {"text/plain"},
+		"Content-Length": {"5"},
+		"Set-Cookie":     {"a=1", "b=2"},
+		"X-Custom":       {"v"},
+	}
+	if !reflect.DeepEqual(dst, want) {
+		t.Fatalf("got %v\nwant %v", dst, want)
+	}
+	// Appending to one field must not overwrite another's value.
+	dst["Set-Cookie"] = append(dst["Set-Cookie"], "c=3")
+	if dst["X-Custom"][0] != "v" || dst["Content-Length"][0] != "5" {
+		t.Fatalf("fields share storage: %v", dst)
+	}
+	if n := testing.AllocsPerRun(100, func() { CopyResponse(http.Header{}, &src) }); n > 8 {
+		t.Errorf("%v allocations for 5 fields", n)
+	}
+}

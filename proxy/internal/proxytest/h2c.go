@@ -1,0 +1,121 @@
+package proxytest
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+
+	"golang.org/x/net/http2"
+)
+
+// RefusingH2C is an HTTP/2 (h2c) upstream that processes nothing: it
+// answers each request's HEADERS with RST_STREAM(REFUSED_STREAM), or with
+// GOAWAY whose last stream is 0, and reports each request on the channel.
+func RefusingH2C(t testing.TB, goAway bool) (addr string, refused <-chan uint32) {
+	return ResettingH2C(t, goAway, http2.ErrCodeRefusedStream)
+}
+
+// ResettingH2C is RefusingH2C resetting each stream with code.
+func ResettingH2C(t testing.TB, goAway bool, code http2.ErrCode) (addr string, refused <-chan uint32) {
+	return H2CResetter(t, goAway, code, false)
+}
+
+// H2CResetter is ResettingH2C; with atData, it resets a stream only once
+// a DATA frame of its request has come, the rest of the body still to
+// come.
+func H2CResetter(t testing.TB, goAway bool, code http2.ErrCode, atData bool) (addr string, refused <-chan uint32) {
+	r := make(chan uint32, 64)
+	// Connections net/http opened for a request it then gave up on stay
+	// open in its pool; they end with the test.
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		ended bool
+	)
+	addr = Origin(t, func(c net.Conn, br *bufio.Reader) {
+		mu.Lock()
+		conns = append(conns, c)
+		if ended {
+			c.Close()
+		}
+		mu.Unlock()
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
+			return
+		}
+		fr := http2.NewFramer(c, br)
+		if fr.WriteSettings() != nil {
+			return
+		}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() && fr.WriteSettingsAck() != nil {
+					return
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() && fr.WritePing(true, f.Data) != nil {
+					return
+				}
+			case *http2.HeadersFrame:
+				select {
+				case r <- f.StreamID:
+				default: // the test fails on the count
+				}
+				if goAway {
+					// As a server does once the streams it kept are done.
+					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+					return
+				}
+				if !atData {
+					fr.WriteRSTStream(f.StreamID, code)
+				}
+			case *http2.DataFrame:
+				if atData && len(f.Data()) > 0 {
+					fr.WriteRSTStream(f.StreamID, code)
+				}
+			}
+		}
+	})
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return addr, r
+}
+
+// H2CServer serves h with net/http's HTTP/2 server, cleartext (h2c), on
+// a loopback port for the test's duration; h2 (may be nil) configures it.
+func H2CServer(t testing.TB, h2 *http.HTTP2Config, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &protocols, HTTP2: h2, Handler: h}
+	var serving sync.WaitGroup
+	serving.Go(func() { srv.Serve(ln) })
+	t.Cleanup(func() { srv.Close(); serving.Wait() })
+	return ln.Addr().String()
+}
+
+// EchoH2C is an HTTP/2 (h2c) upstream that answers with the request's
+// method and body.
+func EchoH2C(t testing.TB) string {
+	return H2CServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		io.WriteString(w, r.Method+" "+string(body))
+	}))
+}

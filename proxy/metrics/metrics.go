@@ -1,0 +1,332 @@
+// Package metrics holds the data path's instruments: per-request counts
+// and durations per route, kept in atomics and handed to OpenTelemetry at
+// scrape time (Metrics.Produce), per-cluster upstream counters, and the
+// connection and drain gauges read from the drain registry.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
+	"github.com/ebb-proxy/ebb/telemetry"
+)
+
+// Metrics are the data path's instruments.
+//
+// Per-request figures (requests, durations) are counted by the proxy itself
+// in atomics, one set per route, and handed to OpenTelemetry at scrape time
+// by Produce: the request path pays a few atomic adds, no lock, no map
+// lookup and no allocation. Per-connection and error figures use
+// OpenTelemetry instruments with attribute sets built in advance.
+type Metrics struct {
+	connects       metric.Int64Counter
+	connectErrors  metric.Int64Counter
+	upstreamErrors metric.Int64Counter
+	retries        metric.Int64Counter
+	ejections      metric.Int64Counter
+	emptyUpdates   metric.Int64Counter
+
+	start  time.Time // of the cumulative series
+	mu     sync.Mutex
+	routes []*Route // guarded by mu; appended when snapshots are built
+}
+
+// New creates the instruments on m; the connection and drain gauges read
+// reg at each collection.
+func New(m metric.Meter, reg *drain.Registry) (*Metrics, error) {
+	out := Metrics{start: time.Now()}
+	var err error
+	if out.connects, err = m.Int64Counter("ebb.upstream.connects",
+		metric.WithDescription("Upstream connections established.")); err != nil {
+		return nil, err
+	}
+	if out.connectErrors, err = m.Int64Counter("ebb.upstream.connect_errors",
+		metric.WithDescription("Upstream connection attempts that failed.")); err != nil {
+		return nil, err
+	}
+	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
+		metric.WithDescription("Requests sent again to another endpoint, when that was safe.")); err != nil {
+		return nil, err
+	}
+	if out.emptyUpdates, err = m.Int64Counter("ebb.discovery.empty_updates",
+		metric.WithDescription("Endpoint sets from discovery that were empty after a non-empty one (kept or applied per discovery.on_empty).")); err != nil {
+		return nil, err
+	}
+	if out.ejections, err = m.Int64Counter("ebb.upstream.ejections",
+		metric.WithDescription("Endpoints taken out of the balancer's choice by passive health checking.")); err != nil {
+		return nil, err
+	}
+	if out.upstreamErrors, err = m.Int64Counter("ebb.upstream.errors",
+		metric.WithDescription("Upstream exchanges that failed, by kind (connect, overloaded, timeout, broken, refused).")); err != nil {
+		return nil, err
+	}
+	conns, err := m.Int64ObservableGauge("ebb.downstream.connections",
+		metric.WithDescription("Open downstream connections by listener, protocol and state."))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, c := range reg.Counts() {
+			o.ObserveInt64(conns, int64(c.N), metric.WithAttributes(
+				attribute.String("listener", c.Listener),
+				attribute.String("protocol", c.Protocol.String()),
+				attribute.String("state", c.State.String()),
+			))
+		}
+		return nil
+	}, conns); err != nil {
+		return nil, fmt.Errorf("metrics: registering the connections gauge: %w", err)
+	}
+	if err := drainMetrics(m, &reg.Stats); err != nil {
+		return nil, fmt.Errorf("metrics: registering the drain metrics: %w", err)
+	}
+	return &out, nil
+}
+
+// drainMetrics exports the drain's counts, read from st at each scrape.
+func drainMetrics(m metric.Meter, st *drain.Stats) error {
+	phase, err := m.Int64ObservableGauge("ebb.drain.phase",
+		metric.WithDescription("1 for the drain's current phase (serving, announce, signal, wait, exit), 0 for the others."))
+	if err != nil {
+		return err
+	}
+	signals, err := m.Int64ObservableCounter("ebb.drain.close_signals",
+		metric.WithDescription("Close signals passed on during the drain: responses with Connection: close (http1), two-phase GOAWAYs begun (http2)."))
+	if err != nil {
+		return err
+	}
+	counters := []struct {
+		name, desc string
+		v          *atomic.Int64
+	}{
+		{"ebb.drain.idle_closes", "Idle HTTP/1 connections closed by the drain.", &st.IdleCloses},
+		{"ebb.drain.forced_closes", "Connections closed at the drain deadline or by a forced stop.", &st.ForcedCloses},
+		{"ebb.drain.requests", "Requests received during the drain.", &st.Requests},
+		{"ebb.drain.upstream_dials", "Upstream connections opened during the drain.", &st.Dials},
+	}
+	insts := []metric.Observable{phase, signals}
+	obs := make([]metric.Int64ObservableCounter, len(counters))
+	for i, c := range counters {
+		if obs[i], err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return err
+		}
+		insts = append(insts, obs[i])
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		cur := drain.Phase(st.Phase.Load())
+		for p := drain.PhaseServing; p <= drain.PhaseExit; p++ {
+			v := int64(0)
+			if p == cur {
+				v = 1
+			}
+			o.ObserveInt64(phase, v, metric.WithAttributes(attribute.String("phase", p.String())))
+		}
+		for _, proto := range []drain.Protocol{drain.ProtoHTTP1, drain.ProtoHTTP2} {
+			o.ObserveInt64(signals, st.CloseSignals[proto].Load(), metric.WithAttributes(attribute.String("protocol", proto.String())))
+		}
+		for i, c := range counters {
+			o.ObserveInt64(obs[i], c.v.Load())
+		}
+		return nil
+	}, insts...)
+	return err
+}
+
+// statusClasses are the values of the status_class attribute; index 0 is
+// for anything outside 1xx-5xx.
+var statusClasses = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+func statusClass(code int) int {
+	if c := code / 100; c >= 1 && c <= 5 {
+		return c
+	}
+	return 0
+}
+
+// durationBounds are telemetry.DurationBounds as durations, for bucketing
+// without floating point on the request path.
+var durationBounds = func() []time.Duration {
+	out := make([]time.Duration, len(telemetry.DurationBounds))
+	for i, b := range telemetry.DurationBounds {
+		out[i] = time.Duration(b * float64(time.Second))
+	}
+	return out
+}()
+
+const numProtos = int(drain.ProtoHTTP2) + 1
+
+// Route counts the requests of one listener and cluster pair.
+type Route struct {
+	requestAttrs  [numProtos][len(statusClasses)]attribute.Set
+	durationAttrs [numProtos]attribute.Set
+
+	requests [numProtos][len(statusClasses)]atomic.Uint64
+	buckets  [numProtos][]atomic.Uint64 // len(durationBounds)+1 each
+	sumNanos [numProtos]atomic.Int64
+}
+
+// ForRoute returns the request counters of one listener and cluster
+// pair (cluster "" counts the requests no route matched).
+func (m *Metrics) ForRoute(listener, cluster string) *Route {
+	rm := &Route{}
+	for p := range numProtos {
+		base := []attribute.KeyValue{
+			attribute.String("listener", listener),
+			attribute.String("cluster", cluster),
+			attribute.String("protocol", drain.Protocol(p).String()),
+		}
+		rm.durationAttrs[p] = attribute.NewSet(base...)
+		for c, class := range statusClasses {
+			rm.requestAttrs[p][c] = attribute.NewSet(append(base[:3:3], attribute.String("status_class", class))...)
+		}
+		rm.buckets[p] = make([]atomic.Uint64, len(durationBounds)+1)
+	}
+	m.mu.Lock()
+	m.routes = append(m.routes, rm)
+	m.mu.Unlock()
+	return rm
+}
+
+// Record counts one answered request.
+func (rm *Route) Record(proto drain.Protocol, status int, start time.Time) {
+	d := time.Since(start)
+	rm.requests[proto][statusClass(status)].Add(1)
+	i := 0
+	for i < len(durationBounds) && d > durationBounds[i] {
+		i++
+	}
+	rm.buckets[proto][i].Add(1)
+	rm.sumNanos[proto].Add(int64(d))
+}
+
+// Produce hands the per-request counts to OpenTelemetry as
+// ebb.requests (a counter) and ebb.request.duration (a histogram, seconds).
+// It implements go.opentelemetry.io/otel/sdk/metric.Producer.
+func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	m.mu.Lock()
+	routes := slices.Clone(m.routes)
+	m.mu.Unlock()
+	now := time.Now()
+	requests := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
+	durations := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+	for _, rm := range routes {
+		for p := range numProtos {
+			for c := range statusClasses {
+				if n := rm.requests[p][c].Load(); n > 0 {
+					requests.DataPoints = append(requests.DataPoints, metricdata.DataPoint[int64]{
+						Attributes: rm.requestAttrs[p][c], StartTime: m.start, Time: now, Value: int64(n)})
+				}
+			}
+			counts := make([]uint64, len(rm.buckets[p]))
+			var total uint64
+			for i := range counts {
+				counts[i] = rm.buckets[p][i].Load()
+				total += counts[i]
+			}
+			if total == 0 {
+				continue
+			}
+			durations.DataPoints = append(durations.DataPoints, metricdata.HistogramDataPoint[float64]{
+				Attributes: rm.durationAttrs[p], StartTime: m.start, Time: now,
+				Count: total, Bounds: telemetry.DurationBounds, BucketCounts: counts,
+				Sum: time.Duration(rm.sumNanos[p].Load()).Seconds(),
+			})
+		}
+	}
+	return []metricdata.ScopeMetrics{{
+		Scope: instrumentation.Scope{Name: telemetry.MeterName},
+		Metrics: []metricdata.Metrics{
+			{Name: "ebb.requests", Description: "Requests answered, by listener, cluster, status class and protocol.", Data: requests},
+			{Name: "ebb.request.duration", Unit: "s", Description: "Time from the request's first byte to its response handed to the connection.", Data: durations},
+		},
+	}}, nil
+}
+
+// ForCluster returns the counters of one cluster.
+func (m *Metrics) ForCluster(name string) *Cluster {
+	cm := &Cluster{
+		attrs:          []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("cluster", name)))},
+		connects:       m.connects,
+		connectErrors:  m.connectErrors,
+		upstreamErrors: m.upstreamErrors,
+		retries:        m.retries,
+		ejections:      m.ejections,
+		emptyUpdates:   m.emptyUpdates,
+	}
+	for k := range upstream.NumKinds {
+		if kind := k.String(); kind != "" {
+			cm.errors[k] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+				attribute.String("cluster", name), attribute.String("kind", kind)))}
+		}
+	}
+	return cm
+}
+
+// Cluster are the instruments of one cluster with their attributes
+// built once.
+type Cluster struct {
+	attrs          []metric.AddOption
+	connects       metric.Int64Counter
+	connectErrors  metric.Int64Counter
+	upstreamErrors metric.Int64Counter
+	retries        metric.Int64Counter
+	ejections      metric.Int64Counter
+	emptyUpdates   metric.Int64Counter
+	errors         [upstream.NumKinds][]metric.AddOption
+}
+
+// The counting methods of a Cluster do nothing on a nil one (a cluster
+// built without instruments, in tests).
+
+// UpstreamError counts a failed exchange of kind k.
+func (cm *Cluster) UpstreamError(k upstream.Kind) {
+	if cm != nil {
+		cm.upstreamErrors.Add(context.Background(), 1, cm.errors[k]...)
+	}
+}
+
+// Connect counts an upstream connection established.
+func (cm *Cluster) Connect() {
+	if cm != nil {
+		cm.connects.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// ConnectError counts a failed connection attempt.
+func (cm *Cluster) ConnectError() {
+	if cm != nil {
+		cm.connectErrors.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// Retry counts a request sent again to another endpoint.
+func (cm *Cluster) Retry() {
+	if cm != nil {
+		cm.retries.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// Ejection counts an endpoint ejected by passive health.
+func (cm *Cluster) Ejection() {
+	if cm != nil {
+		cm.ejections.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// EmptyUpdate counts an empty endpoint set after a non-empty one.
+func (cm *Cluster) EmptyUpdate() {
+	if cm != nil {
+		cm.emptyUpdates.Add(context.Background(), 1, cm.attrs...)
+	}
+}

@@ -1,0 +1,142 @@
+// Package route compiles the dynamic configuration for the request path:
+// each listener's routing table (host and path prefix, first match wins)
+// with the clusters its routes send to, published together as one
+// immutable Snapshot.
+package route
+
+import (
+	"log/slog"
+	"strings"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/metrics"
+)
+
+// Snapshot is the dynamic configuration compiled for the request path.
+// It is immutable once published: a request loads it once and uses it to
+// the end.
+type Snapshot struct {
+	Tables   []*Table // indexed like the configuration's listeners
+	Clusters map[string]*cluster.Cluster
+}
+
+// Build compiles routes and clusters of cfg. Each cluster loads its
+// endpoints once from its source; the caller runs discovery afterwards.
+func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slog.Logger) *Snapshot {
+	s := &Snapshot{Clusters: make(map[string]*cluster.Cluster, len(cfg.Clusters))}
+	for _, c := range cfg.Clusters {
+		s.Clusters[c.Name] = cluster.New(c, m.ForCluster(c.Name), reg, log)
+	}
+	for _, l := range cfg.Listeners {
+		t := &Table{NoRoute: m.ForRoute(l.Name, "")}
+		byCluster := map[string]*metrics.Route{}
+		for _, r := range l.Routes {
+			rm, ok := byCluster[r.Cluster]
+			if !ok {
+				rm = m.ForRoute(l.Name, r.Cluster)
+				byCluster[r.Cluster] = rm
+			}
+			t.routes = append(t.routes, compile(r, s.Clusters[r.Cluster], rm))
+		}
+		s.Tables = append(s.Tables, t)
+	}
+	return s
+}
+
+// Close closes the idle upstream connections of every cluster.
+func (s *Snapshot) Close() {
+	for _, c := range s.Clusters {
+		c.Close()
+	}
+}
+
+// Route is one compiled routing rule.
+type Route struct {
+	host     []byte // lower case, without "*."; empty matches any host
+	wildcard bool   // host was "*.example.com": match subdomains only
+	prefix   []byte // empty matches any path
+	// Cluster receives the requests the route matches.
+	Cluster *cluster.Cluster
+	// Metrics counts them.
+	Metrics *metrics.Route
+}
+
+// Table holds one listener's routes in order; the first match wins.
+type Table struct {
+	routes []Route
+	// NoRoute counts requests no route matched (and those refused before
+	// routing).
+	NoRoute *metrics.Route
+}
+
+func compile(r config.Route, c *cluster.Cluster, m *metrics.Route) Route {
+	host := strings.ToLower(r.Match.Host)
+	wildcard := strings.HasPrefix(host, "*.")
+	if wildcard {
+		host = host[1:] // keep the dot: ".example.com"
+	}
+	return Route{host: []byte(host), wildcard: wildcard, prefix: []byte(r.Match.PathPrefix), Cluster: c, Metrics: m}
+}
+
+// Match returns the first route for host (as sent, possibly with a port)
+// and path, or nil. HTTP/1 requests come as bytes, HTTP/2 ones as
+// strings.
+func Match[S string | []byte](t *Table, host, path S) *Route {
+	host = stripPort(host)
+	for i := range t.routes {
+		r := &t.routes[i]
+		if len(r.prefix) > 0 && (len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != string(r.prefix)) {
+			continue
+		}
+		if len(r.host) > 0 && !matchHost(r, host) {
+			continue
+		}
+		return r
+	}
+	return nil
+}
+
+func matchHost[S string | []byte](r *Route, host S) bool {
+	if r.wildcard {
+		return len(host) > len(r.host) && equalFoldASCII(host[len(host)-len(r.host):], r.host)
+	}
+	return equalFoldASCII(host, r.host)
+}
+
+// equalFoldASCII compares s with lower, which is lower case, ignoring the
+// case of ASCII letters in s (host names are ASCII on the wire).
+func equalFoldASCII[S string | []byte](s S, lower []byte) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// stripPort removes a trailing :port from a Host value, leaving IPv6
+// literals ([::1]) intact, and a trailing dot of a fully qualified name.
+func stripPort[S string | []byte](host S) S {
+	for i := len(host) - 1; i >= 0; i-- {
+		if host[i] == ']' {
+			break // an IPv6 literal without port
+		}
+		if host[i] == ':' {
+			host = host[:i]
+			break
+		}
+	}
+	if n := len(host); n > 1 && host[n-1] == '.' {
+		host = host[:n-1]
+	}
+	return host
+}

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"time"
+
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/h2"
+)
+
+// serveConn finds out what a new connection speaks and hands it to that
+// engine: the TLS handshake's ALPN decides on a TLS listener; on a
+// cleartext one, the HTTP/2 client preface (h2c with prior knowledge) does.
+// Either must come within the listener's header timeout.
+func (l *listener) serveConn(c *drain.Conn) {
+	var nc net.Conn = c
+	isH2 := false
+	if err := c.SetReadDeadline(time.Now().Add(l.cfg.Timeouts.Header)); err != nil {
+		c.Close()
+		return
+	}
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		if err := tc.Handshake(); err != nil {
+			l.p.log.Debug("TLS handshake failed", "listener", l.cfg.Name, "client", string(c.ClientIP), "err", err)
+			c.Close()
+			return
+		}
+		nc, isH2 = tc, tc.ConnectionState().NegotiatedProtocol == h2.NextProtoTLS
+	} else {
+		match, err := c.Peek([]byte(h2.ClientPreface))
+		if err != nil && !match && len(c.Peeked()) == 0 {
+			// Closed, or silent until the header timeout, before a byte.
+			c.Close()
+			return
+		}
+		isH2 = match
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		c.Close()
+		return
+	}
+	if !isH2 {
+		c.SetProtocol(drain.ProtoHTTP1)
+		l.chl.deliver(nc)
+		return
+	}
+	c.SetProtocol(drain.ProtoHTTP2)
+	l.h2.Serve(h2.WithConn(context.Background(), c), nc, func(hc *h2.Conn) {
+		// The drain's close signal, at this connection's moment (at once
+		// for a connection accepted during the drain, right after the
+		// engine's SETTINGS): the two-phase GOAWAY.
+		c.OnSignal(func() {
+			l.p.reg.Stats.CloseSignals[drain.ProtoHTTP2].Add(1)
+			hc.GoAway(l.p.goAwayGrace)
+		})
+	})
+	nc.Close()
+}

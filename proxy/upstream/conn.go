@@ -1,0 +1,55 @@
+package upstream
+
+import (
+	"net"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// Conn is an upstream connection with what ebb needs to know about it.
+// One exchange at a time uses it.
+type Conn struct {
+	net.Conn
+	used bool  // it has carried a complete exchange
+	sent int64 // bytes written to it
+	// ackBase is the peer's acknowledged byte count (ackedBytes) right
+	// after the connect, or -1 if unknown: later counts less ackBase are
+	// the bytes of data the upstream's TCP stack received.
+	ackBase       int64
+	wrote         atomic.Bool   // the last operation was a write
+	writeTimeout  time.Duration // bounds each write: a stalled upstream is let go
+	writeDeadline drain.WriteDeadline
+}
+
+// NewConn wraps a freshly connected upstream connection. writeTimeout,
+// if positive, bounds each write.
+func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
+	return &Conn{Conn: nc, writeTimeout: writeTimeout, ackBase: ackedBytes(nc)}
+}
+
+// Read yields the processor once before the first read after a write: the
+// answer to what was just written is rarely there yet, and a read that
+// finds nothing costs a system call (EAGAIN) before the goroutine parks.
+// Under load, other goroutines run meanwhile and the read then finds data;
+// alone, Gosched returns at once.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.wrote.Swap(false) {
+		runtime.Gosched()
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wrote.Store(true)
+	if c.writeTimeout > 0 {
+		if err := c.writeDeadline.Renew(c.Conn, c.writeTimeout); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Write(p)
+	c.sent += int64(n)
+	return n, err
+}

@@ -1,0 +1,11 @@
+// Package upstream is ebb's side of the exchange with an endpoint: the
+// HTTP/1.1 transport on fasthttp's connection pool (H1), net/http's
+// Transport for h2c, h2 and auto clusters (NewHTTPTransport), the
+// connection wrapper that knows what a request cost (Conn), the client's
+// request body on its way up (Body, with one Attempt per try of a net/http
+// exchange), and the failure kinds (Kind, Error) from which the retry
+// policy and the status a client sees are decided.
+//
+// It knows endpoints by address only: which endpoint to use, and whether
+// to try another, is package cluster's choice.
+package upstream

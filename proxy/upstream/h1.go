@@ -1,0 +1,401 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// maxBufferedBody is the largest response body with a known length that is
+// read whole before it is written downstream. Up to this size buffering
+// frees the upstream connection sooner and costs nothing per request;
+// anything larger, or of unknown length, is streamed through.
+const maxBufferedBody = 64 << 10
+
+// ReadBufferSize bounds an upstream response's status line and headers.
+const ReadBufferSize = 16 << 10
+
+var http11 = []byte("HTTP/1.1")
+
+// pooledConn is what fasthttp's HostClient hands out: its clientConn type
+// is unexported, so the transport is generic over it.
+type pooledConn interface {
+	Conn() net.Conn
+}
+
+// H1 sends requests to one endpoint over HTTP/1.1.
+type H1 interface {
+	// RoundTrip writes req and reads the response into resp; see
+	// transport.RoundTrip.
+	RoundTrip(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error
+	// CloseIdle closes the idle connections of the pool.
+	CloseIdle()
+}
+
+// transport drives one exchange over a connection of a fasthttp HostClient:
+// HostClient owns dialling and the pool (most recent first, idle ones
+// closed after the cluster's idle timeout); the transport owns the exchange,
+// so that it can read small bodies whole, stream large ones without
+// allocating, and classify failures precisely.
+//
+// All fields are read-only after construction.
+type transport[C pooledConn] struct {
+	hc              *fasthttp.HostClient
+	acquire         func(time.Duration, bool) (C, error)
+	release         func(C)
+	discard         func(C)
+	responseTimeout time.Duration
+	// done is called when an exchange is over (the caller counted it in
+	// before RoundTrip): it takes it off the endpoint's in-flight count.
+	done    func()
+	streams sync.Pool // of *bodyStream[C]
+}
+
+// NewH1 returns the HTTP/1.1 transport to the endpoint at addr of a
+// cluster configured by cfg. dial opens its connections (wrapped in
+// NewConn); done is called when an exchange is over, as RoundTrip's
+// caller counted it in before.
+func NewH1(addr string, cfg *config.Cluster, dial func() (net.Conn, error), done func()) H1 {
+	hc := &fasthttp.HostClient{
+		Addr:                     addr,
+		Dial:                     func(string) (net.Conn, error) { return dial() },
+		MaxConns:                 cfg.MaxConnsPerEndpoint,
+		MaxIdleConnDuration:      cfg.Timeouts.Idle,
+		MaxConnWaitTimeout:       cfg.Timeouts.Connect,
+		ReadBufferSize:           ReadBufferSize,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		// Most recently used first: the connection least likely to have
+		// been closed by the upstream's keep-alive timeout.
+		ConnPoolStrategy: fasthttp.LIFO,
+	}
+	return newTransportOf(hc, hc.AcquireConn, hc.ReleaseConn, hc.CloseConn, cfg.Timeouts.Response, done)
+}
+
+func newTransportOf[C pooledConn](hc *fasthttp.HostClient, acquire func(time.Duration, bool) (C, error), release, discard func(C), responseTimeout time.Duration, done func()) *transport[C] {
+	t := &transport[C]{hc: hc, acquire: acquire, release: release, discard: discard, responseTimeout: responseTimeout, done: done}
+	t.streams.New = func() any { return &bodyStream[C]{t: t} }
+	return t
+}
+
+func (t *transport[C]) CloseIdle() { t.hc.CloseIdleConnections() }
+
+func (t *transport[C]) finish() { t.done() }
+
+// earlyAnswerWait bounds the wait for an upstream's answer after it
+// stopped reading the request body.
+const earlyAnswerWait = time.Second
+
+// maxStaleAttempts bounds how many pooled connections one request tries
+// when each turns out to have been closed by the upstream while idle.
+const maxStaleAttempts = 4
+
+// RoundTrip writes req and reads the response into resp. The exchange is
+// over (and the in-flight count taken down) when RoundTrip returns, except
+// for a streamed body, where it is over when the stream is closed.
+//
+// A pooled connection that the upstream closed while it sat idle fails
+// before any response byte: the classic keep-alive race. The request is
+// then sent again on another connection when that is safe (see
+// sendAgain); sending it to another endpoint is a policy decision made
+// above the transport.
+//
+// When ctx ends (an HTTP/2 client reset its stream), the upstream
+// connection is closed, which ends the exchange. HTTP/1 requests pass a
+// context that never ends: their client's leaving shows as a failed write.
+func (t *transport[C]) RoundTrip(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error {
+	// Decided before the first attempt: writing a streamed body consumes
+	// it and takes it off the request.
+	idempotent, replayable := IsIdempotent(req), req.BodyStream() == nil
+	for attempt := 1; ; attempt++ {
+		streamed, err := t.exchange(ctx, req, resp, idempotent, replayable)
+		if streamed {
+			return nil // the stream finishes the exchange when closed
+		}
+		if err != nil && replayable && attempt < maxStaleAttempts && ctx.Err() == nil {
+			if ue, ok := err.(*Error); ok && sendAgain(ue, idempotent) {
+				resp.Reset()
+				continue
+			}
+		}
+		t.finish()
+		return err
+	}
+}
+
+// sendAgain reports whether the transport sends a request that failed with
+// ue again itself, on another connection to the same endpoint: only after
+// the keep-alive race, when that is safe. Any other failure says something
+// about the endpoint, and another one is tried instead (cluster.retry).
+func sendAgain(ue *Error, idempotent bool) bool {
+	return ue.Reused && SafeAgain(ue, idempotent)
+}
+
+// exchange is one attempt of RoundTrip on one connection. streamed reports
+// that resp now streams the body from the connection. replayable says
+// whether the request's body (if any) can be sent again.
+func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, idempotent, replayable bool) (streamed bool, err error) {
+	var (
+		cc     C
+		conn   net.Conn
+		uc     *Conn
+		reused bool
+		// sent is how many bytes the connection carried before this
+		// request.
+		sent int64
+	)
+	// A request that could not be sent again whatever happened is only
+	// sent on a pooled connection that is still open as far as the socket
+	// knows. The loop ends: each dead connection leaves the pool, and once
+	// the pool is empty acquire dials a new one.
+	for {
+		if cc, err = t.acquire(0, false); err != nil {
+			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+				return false, &Error{Kind: KindOverloaded, Err: err}
+			}
+			return false, &Error{Kind: KindConnect, Err: err}
+		}
+		conn = cc.Conn()
+		uc, _ = conn.(*Conn)
+		reused = uc != nil && uc.used
+		if !reused || (idempotent && replayable) {
+			break
+		}
+		if !peerClosed(uc.Conn) {
+			testHookChecked()
+			break
+		}
+		t.discard(cc)
+	}
+	if uc != nil {
+		sent = uc.sent
+	}
+	// stop ends the watch of ctx; false means ctx's end has closed the
+	// connection, which is then not given back. nil: nothing watched.
+	stop := watchCancel(ctx, conn)
+	fail := func(kind Kind, err error) (bool, error) {
+		cancelled(stop)
+		t.discard(cc)
+		return false, &Error{Kind: kind, Err: err}
+	}
+	// unanswered fails the exchange when the connection ended before any
+	// response byte.
+	unanswered := func(err error) (bool, error) {
+		ue := &Error{Kind: KindBroken, Unanswered: true, Reused: reused, Err: err}
+		// Read before the connection is closed. The acknowledgement of
+		// any byte of the request would have come with (or before) the
+		// upstream's FIN or RST, which has been seen by now.
+		if uc != nil && uc.ackBase >= 0 {
+			acked := ackedBytes(uc.Conn)
+			ue.Unreceived = acked >= 0 && acked-uc.ackBase <= sent
+		}
+		cancelled(stop)
+		t.discard(cc)
+		return false, ue
+	}
+
+	bw := t.hc.AcquireWriter(conn)
+	writeErr := req.Write(bw)
+	if writeErr == nil {
+		writeErr = bw.Flush()
+	}
+	t.hc.ReleaseWriter(bw)
+	wait := t.responseTimeout
+	if writeErr != nil {
+		if !isWriteError(writeErr) {
+			// Reading the client's body failed: the handler knows why.
+			return fail(KindBroken, writeErr)
+		}
+		// The upstream stopped reading. It may have answered early (a 401
+		// or 413 to an upload it does not want): relay that answer if it
+		// is there.
+		wait = min(wait, earlyAnswerWait)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return fail(KindBroken, err)
+	}
+	br := t.hc.AcquireReader(conn)
+	if nothing, err := ReadResponseHeader(resp, br); err != nil {
+		t.hc.ReleaseReader(br)
+		switch {
+		case writeErr != nil && IsTimeout(writeErr):
+			return fail(KindTimeout, writeErr) // the upstream stopped reading
+		case IsTimeout(err):
+			return fail(KindTimeout, err)
+		case !nothing:
+			return fail(KindBroken, err) // a partial response
+		case writeErr != nil:
+			return unanswered(writeErr)
+		}
+		return unanswered(err)
+	}
+	// The client gets an HTTP/1.1 response whatever the upstream's version:
+	// the framing ebb writes is HTTP/1.1's.
+	if !resp.Header.IsHTTP11() {
+		resp.Header.SetProtocol(http11)
+	}
+	status := resp.StatusCode()
+	cl := resp.Header.ContentLength()
+	noBody := req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
+	// A body delimited by the connection's close (no length, not chunked)
+	// leaves nothing to reuse.
+	keepAlive := writeErr == nil && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
+
+	switch {
+	case noBody:
+		resp.SkipBody = true
+	case cl >= 0 && cl <= maxBufferedBody:
+		// Small body: read it whole and free the connection now.
+		if err := resp.ReadBody(br, 0); err != nil {
+			t.hc.ReleaseReader(br)
+			resp.Reset()
+			if IsTimeout(err) {
+				return fail(KindTimeout, err)
+			}
+			return fail(KindBroken, err)
+		}
+	default:
+		s := t.streams.Get().(*bodyStream[C])
+		s.cc, s.conn, s.br, s.keepAlive, s.stop, s.down = cc, conn, br, keepAlive, stop, &resp.Header
+		s.up.Header.SetContentLength(cl)
+		s.up.StreamBody = true
+		if err := s.up.ReadBody(br, 0); err != nil {
+			s.release(err)
+			resp.Reset()
+			return false, &Error{Kind: KindBroken, Err: err}
+		}
+		// Downstream, a body that ends with the upstream connection is
+		// sent chunked.
+		resp.SetBodyStream(s, max(cl, -1))
+		return true, nil
+	}
+	t.hc.ReleaseReader(br)
+	if keepAlive && !cancelled(stop) {
+		if uc != nil {
+			uc.used = true
+		}
+		t.release(cc)
+	} else {
+		t.discard(cc)
+	}
+	return false, nil
+}
+
+// watchCancel closes conn when ctx ends, and returns the function that
+// ends the watch (nil when ctx never ends: HTTP/1 requests).
+func watchCancel(ctx context.Context, conn net.Conn) func() bool {
+	if ctx.Done() == nil {
+		return nil
+	}
+	return context.AfterFunc(ctx, func() { conn.Close() })
+}
+
+// cancelled ends the watch of watchCancel and reports whether the
+// context's end closed the connection.
+func cancelled(stop func() bool) bool { return stop != nil && !stop() }
+
+// testHookChecked runs after a pooled connection was checked and found
+// open, before a request that is not idempotent is written on it: a test
+// closes the upstream's side there, as its idle timeout would.
+var testHookChecked = func() {}
+
+// ReadResponseHeader reads the final response header, skipping interim
+// (1xx) responses other than 101. nothing reports that the connection
+// ended before a single response byte.
+func ReadResponseHeader(resp *fasthttp.Response, br *bufio.Reader) (nothing bool, err error) {
+	for i := range 16 {
+		if err := resp.Header.Read(br); err != nil {
+			// fasthttp reports any failure on the first byte as io.EOF.
+			return i == 0 && err == io.EOF, err
+		}
+		if s := resp.StatusCode(); s >= 200 || s == fasthttp.StatusSwitchingProtocols {
+			return false, nil
+		}
+	}
+	return false, errors.New("upstream: too many interim responses")
+}
+
+// bodyStream streams an upstream response body downstream. fasthttp's
+// server reads it while writing the response and then calls CloseWithError,
+// which returns the connection to the pool (body read whole, keep-alive) or
+// closes it. Streams are pooled per transport so that streaming allocates
+// nothing per request.
+type bodyStream[C pooledConn] struct {
+	t         *transport[C]
+	up        fasthttp.Response // holds fasthttp's body decoder (length or chunked)
+	cc        C
+	conn      net.Conn
+	br        *bufio.Reader
+	keepAlive bool
+	eof       bool
+	stop      func() bool // see transport.exchange
+	// down is the header of the response being sent downstream; the
+	// upstream's trailers join it when the body ends.
+	down *fasthttp.ResponseHeader
+}
+
+func (s *bodyStream[C]) Read(p []byte) (int, error) {
+	if err := s.conn.SetReadDeadline(time.Now().Add(s.t.responseTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := s.up.BodyStream().Read(p)
+	if err == io.EOF {
+		s.eof = true
+		copyTrailers(s.down, &s.up.Header)
+	}
+	return n, err
+}
+
+// copyTrailers adds the trailer fields src received to dst, whose header
+// section has been sent: they go out in its trailer section.
+func copyTrailers(dst, src *fasthttp.ResponseHeader) {
+	for name := range src.Trailers() {
+		if v := src.PeekBytes(name); len(v) > 0 {
+			_ = dst.AddTrailerBytes(name) // forbidden names were refused on the way in
+			dst.SetBytesKV(name, v)
+		}
+	}
+}
+
+// CloseWithError ends the stream and with it the exchange; err is why the
+// writer stopped, if it did.
+func (s *bodyStream[C]) CloseWithError(err error) error {
+	t := s.t
+	s.release(err)
+	t.finish()
+	return nil
+}
+
+// release gives the connection back (or closes it) and the stream to its
+// pool.
+func (s *bodyStream[C]) release(err error) {
+	t := s.t
+	reuse := !cancelled(s.stop) && err == nil && s.eof && s.keepAlive
+	if !reuse {
+		// Unblock and end the connection first: the body decoder must not
+		// be left mid-body on a pooled connection.
+		s.conn.Close()
+	}
+	s.up.CloseBodyStream()
+	t.hc.ReleaseReader(s.br)
+	if reuse {
+		if uc, ok := s.conn.(*Conn); ok {
+			uc.used = true
+		}
+		t.release(s.cc)
+	} else {
+		t.discard(s.cc)
+	}
+	var zero C
+	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.stop, s.down = zero, nil, nil, false, false, nil, nil
+	s.up.Reset()
+	t.streams.Put(s)
+}

@@ -1,0 +1,207 @@
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+)
+
+// HTTP/2 upstreams (protocols h2c, h2 and auto) are served by net/http's
+// Transport, one per endpoint, so that an endpoint's connections can be
+// let go of on their own when it leaves the cluster. fasthttp has no
+// HTTP/2 client, and net/http's is the maintained successor of x/net's.
+
+// Keep-alive pings on HTTP/2 upstream connections find a dead connection
+// (a peer gone without a FIN) before a request waits on it.
+const (
+	upstreamPingAfter   = 15 * time.Second
+	upstreamPingTimeout = 15 * time.Second
+)
+
+// Scheme is the URL scheme requests to the cluster's endpoints use.
+func Scheme(protocol string) string {
+	if protocol == config.ProtocolH2 || protocol == config.ProtocolAuto {
+		return "https"
+	}
+	return "http"
+}
+
+// ClientTLSConfig builds the TLS configuration for a cluster's endpoints.
+func ClientTLSConfig(cfg config.Cluster) (*tls.Config, error) {
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         cfg.TLS.ServerName,
+		InsecureSkipVerify: cfg.TLS.InsecureSkipVerify,
+	}
+	if cfg.TLS.CAFile != "" {
+		pem, err := os.ReadFile(cfg.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file %s: no PEM certificate found", cfg.TLS.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
+// NewHTTPTransport returns the transport for one endpoint of a cluster
+// whose protocol is not http1. dial opens (and counts) TCP connections.
+func NewHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.Context) (net.Conn, error)) *http.Transport {
+	var protocols http.Protocols
+	switch cfg.Protocol {
+	case config.ProtocolH2C:
+		protocols.SetUnencryptedHTTP2(true)
+	case config.ProtocolH2:
+		protocols.SetHTTP2(true)
+	case config.ProtocolAuto:
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+	}
+	if cfg.Protocol == config.ProtocolAuto {
+		plain := dial
+		dial = func(ctx context.Context) (net.Conn, error) {
+			c, err := plain(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &h1Conn{Conn: c}, nil
+		}
+	}
+	return &http.Transport{
+		// Every request of this transport goes to the one endpoint.
+		DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		TLSClientConfig:       tc,
+		TLSHandshakeTimeout:   cfg.Timeouts.Connect,
+		Protocols:             &protocols,
+		MaxConnsPerHost:       cfg.MaxConnsPerEndpoint,
+		MaxIdleConnsPerHost:   cfg.MaxConnsPerEndpoint,
+		IdleConnTimeout:       cfg.Timeouts.Idle,
+		ResponseHeaderTimeout: cfg.Timeouts.Response,
+		// Bodies pass through as they are: no Accept-Encoding of ebb's own.
+		DisableCompression: true,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: upstreamPingAfter,
+			PingTimeout:     upstreamPingTimeout,
+		},
+	}
+}
+
+// h1Conn is a connection of an auto cluster, on which net/http's
+// Transport may speak HTTP/1.1. When such a connection fails, net/http
+// waits for its writer to be done with the request body before it
+// reports the failure, and closes the body only after that: a writer
+// waiting for more of a client's body would wait until the client sent
+// it. So the connection knows the attempt whose body it carries (see
+// carryAttempt), and its Close ends that attempt, which ends the read.
+type h1Conn struct {
+	net.Conn
+	attempt atomic.Pointer[Attempt]
+}
+
+func (c *h1Conn) Close() error {
+	err := c.Conn.Close()
+	if a := c.attempt.Swap(nil); a != nil {
+		a.End(false)
+	}
+	return err
+}
+
+// carryAttempt returns a trace that ties a to the HTTP/1.1 connection
+// net/http sends it on. An HTTP/2 connection carries many streams, and
+// its failure closes their bodies itself: it is left alone.
+func carryAttempt(a *Attempt) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		nc := info.Conn
+		if tc, ok := nc.(*tls.Conn); ok {
+			if tc.ConnectionState().NegotiatedProtocol == "h2" {
+				return
+			}
+			nc = tc.NetConn()
+		}
+		if c, ok := nc.(*h1Conn); ok {
+			c.attempt.Store(a)
+		}
+	}}
+}
+
+// resendGetBody is the GetBody of requests to net/http upstreams.
+func resendGetBody() (io.ReadCloser, error) { return nil, ErrResend }
+
+// ClassifyRoundTrip turns a net/http RoundTrip error into what the retry
+// policy needs: ErrResend when net/http wanted to send the request again
+// (cause is ResendOnce's), an unanswered Error when the
+// connection or stream failed before a response header (RoundTrip
+// returns no error once one has arrived), and err itself otherwise.
+func ClassifyRoundTrip(err error, cause context.Context) error {
+	if errors.Is(err, ErrResend) || cause != nil && errors.Is(context.Cause(cause), ErrResend) {
+		return ErrResend
+	}
+	if kind, client := ClassifyHTTP(err); kind == KindBroken && !client {
+		return &Error{Kind: KindBroken, Unanswered: true, Err: err}
+	}
+	return err
+}
+
+// ResendOnce prepares one attempt of out so that, when net/http's
+// Transport would send it again, it fails with ErrResend instead:
+//
+//   - with a body (a, its attempt), GetBody returns ErrResend. To an auto
+//     upstream the attempt also goes with its connection (carryAttempt);
+//   - without one, a non-idempotent request to an HTTP/2 upstream (h2,
+//     h2c) gets an empty body with that GetBody (it goes out as HEADERS
+//     and an empty DATA frame ending the stream). Not to an auto one,
+//     which may speak HTTP/1.1: there the body would go out chunked. net/http
+//     sends such a request again by itself only when the upstream did not
+//     process it (a refused stream, a connection that failed before it was
+//     written), on the same endpoint;
+//   - an idempotent one without a body, for which net/http asks no
+//     GetBody, is tracked: when net/http takes a connection for it a
+//     second time, its context is cancelled with ErrResend as the cause,
+//     returned as cause. That second send may have started; for an
+//     idempotent request, no harm. Its cancel is not called otherwise:
+//     the response body is read under that context, which ends with its
+//     parent.
+func ResendOnce(out *http.Request, a *Attempt, idempotent, h2 bool) (*http.Request, context.Context) {
+	switch {
+	case a != nil:
+		out.Body, out.GetBody = a, resendGetBody
+		if !h2 {
+			out = out.WithContext(httptrace.WithClientTrace(out.Context(), carryAttempt(a)))
+		}
+	case !idempotent && h2:
+		out.Body, out.GetBody, out.ContentLength = emptyBody{}, resendGetBody, 0
+	case !idempotent:
+		// As it is: no body, Content-Length: 0 on HTTP/1.1.
+	default:
+		ctx, cancel := context.WithCancelCause(out.Context())
+		var conns atomic.Int32
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+			if conns.Add(1) == 2 {
+				cancel(ErrResend)
+			}
+		}})
+		return out.WithContext(ctx), ctx
+	}
+	return out, nil
+}
+
+// emptyBody is a body with nothing in it that net/http takes for one of
+// unknown length (http.NoBody it would take for none).
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }

@@ -1,0 +1,140 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The layout of the data path, enforced (in the manner of Tailscale's
+// deptest): which packages may use the libraries an engine is built on,
+// and the one direction imports run in.
+
+const module = "github.com/ebb-proxy/ebb/"
+
+// layers ranks the data path's packages: a package imports only packages
+// of a lower rank, so that imports run one way, and the two engines
+// (same rank) never import each other.
+var layers = map[string]int{
+	"proxy/headers":  0,
+	"proxy/upstream": 0,
+	"proxy/metrics":  1,
+	"proxy/cluster":  2,
+	"proxy/route":    3,
+	"proxy/forward":  4,
+	"proxy/h1":       5,
+	"proxy/h2":       5,
+	"proxy":          6,
+}
+
+// allowed lists, for each library an engine stands on, the packages whose
+// non-test code may import it. The fixtures under proxy/internal serve
+// tests only; bench/fasthttp-bare is the bare fasthttp proxy the
+// benchmark measures ebb against.
+var allowed = map[string][]string{
+	"github.com/valyala/fasthttp": {"proxy/headers", "proxy/upstream", "proxy/cluster", "proxy/h1", "proxy/h2",
+		"proxy/internal/enginetest", "proxy/internal/proxytest", "bench/fasthttp-bare"},
+	"golang.org/x/net/http2": {"proxy/h2", "proxy/internal/proxytest"},
+}
+
+// serverSide are net/http's server-side names: only the HTTP/2 engine,
+// the admin server, telemetry's metrics handler and test fixtures, the
+// example origin and the benchmark helpers serve HTTP with net/http.
+var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
+	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
+
+var serverSideAllowed = []string{"proxy/h2", "admin", "telemetry", "proxy/internal/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
+
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	Imports    []string
+}
+
+func listPackages(t *testing.T) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", module+"...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < len(layers) {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func TestImportLayers(t *testing.T) {
+	for _, p := range listPackages(t) {
+		name := strings.TrimPrefix(p.ImportPath, module)
+		rank, ranked := layers[name]
+		for _, imp := range p.Imports {
+			dep, ours := strings.CutPrefix(imp, module)
+			if !ours {
+				if ok, listed := allowed[imp]; listed && !slices.Contains(ok, name) {
+					t.Errorf("%s imports %s; only %v may", name, imp, ok)
+				}
+				continue
+			}
+			if strings.HasPrefix(dep, "proxy/internal/") && !strings.HasPrefix(name, "proxy/internal/") {
+				t.Errorf("%s imports the test fixtures %s", name, dep)
+			}
+			depRank, depRanked := layers[dep]
+			if ranked && depRanked && depRank >= rank {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports run from higher layers to lower ones only", name, rank, dep, depRank)
+			}
+		}
+	}
+}
+
+func TestServerSideOfNetHTTP(t *testing.T) {
+	for _, p := range listPackages(t) {
+		name := strings.TrimPrefix(p.ImportPath, module)
+		if slices.Contains(serverSideAllowed, name) || !slices.Contains(p.Imports, "net/http") {
+			continue
+		}
+		fset := token.NewFileSet()
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := "http"
+			for _, im := range file.Imports {
+				if path, _ := strconv.Unquote(im.Path.Value); path == "net/http" && im.Name != nil {
+					local = im.Name.Name
+				}
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == local && slices.Contains(serverSide, sel.Sel.Name) {
+					t.Errorf("%s: %s uses net/http's server side (http.%s); only %v may", fset.Position(sel.Pos()), name, sel.Sel.Name, serverSideAllowed)
+				}
+				return true
+			})
+		}
+	}
+}

@@ -62,7 +62,7 @@ func (b *budget) allow() bool {
 // retry decides whether a request that failed with err on ep, after
 // attempt tries, goes to another endpoint, and returns it (nil: answer
 // with the failure). ctx is the client's side of the request; idempotent
-// and replayable are resendable's.
+// and replayable are upstream.Resendable's.
 func (c *Cluster) retry(ctx context.Context, ep *Endpoint, attempt int, err error, idempotent, replayable bool) *Endpoint {
 	if attempt >= c.cfg.Retries.Attempts || ctx.Err() != nil || !upstream.Resendable(err, idempotent, replayable) {
 		return nil
@@ -105,7 +105,7 @@ func (c *Cluster) pickOther(ep *Endpoint) *Endpoint {
 // error. ctx is the client's side of the request.
 func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Request, resp *fasthttp.Response, log *slog.Logger) (*Endpoint, error) {
 	// A streamed body is consumed by the first attempt that writes it; a
-	// request whose body was never written keeps it (notSent).
+	// request whose body was never written keeps it (upstream.NotSent).
 	idempotent := upstream.IsIdempotent(req)
 	for attempt := 1; ; attempt++ {
 		streamed := req.BodyStream() != nil

@@ -193,7 +193,7 @@ func TestRetryAddressesNextEndpoint(t *testing.T) {
 // TestRequestBodyOutlivesHandler: net/http's Transport may still read a
 // request body after the response arrived (full duplex). Once the
 // response is done, it reads no more of it, and the next request's body,
-// which may reuse the pooled reqBody, never reaches the first upstream.
+// which may reuse the pooled upstream.Body, never reaches the first upstream.
 func TestRequestBodyOutlivesHandler(t *testing.T) {
 	proceed := make(chan struct{})
 	type result struct {

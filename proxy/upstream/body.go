@@ -17,7 +17,7 @@ import (
 // deadline, and keeps the read error so that a failure of the client is
 // not blamed on the upstream.
 //
-// With retries.buffer_body, fill reads it whole before the request goes
+// With retries.buffer_body, Fill reads it whole before the request goes
 // out, and each attempt sends it from its start; otherwise it streams,
 // once. The fasthttp transport reads it (Read) within the exchange.
 // net/http's Transport reads it through one Attempt per attempt, on a
@@ -26,7 +26,7 @@ import (
 // streams down), until it closes the attempt.
 //
 // Pooled: it goes back to the pool when its last user lets go. The
-// handler holds it from AcquireBody to release; each attempt, and a
+// handler holds it from AcquireBody to Release; each attempt, and a
 // response body that outlives the handler, holds it too.
 type Body struct {
 	r        io.Reader

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/admin"
+	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy"
 	"github.com/ebb-proxy/ebb/telemetry"
@@ -44,16 +46,57 @@ func cmdRun(args []string, stderr io.Writer) int {
 	signal.Notify(sigs, signalsOf(cfg.Drain.Signals)...)
 	defer signal.Stop(sigs)
 
+	s, err := startServing(cfg, tel)
+	if err != nil {
+		log.Error("starting", "err", err)
+		return exitConfig
+	}
+	var child *child
+	if len(childArgs) > 0 {
+		child, err = startChild(childArgs, log)
+		if err != nil {
+			log.Error("starting the application", "err", err)
+			s.adm.Close()
+			s.px.Close()
+			return exitConfig
+		}
+	}
+	res := s.run(cfg, sigs, child)
+
+	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	s.adm.Shutdown(shutCtx)
+	tel.Shutdown(shutCtx)
+	cancel()
+	child.stop(log)
+
+	log.Info("ebb exiting", "reason", string(res.Reason), "forced_closes", res.Forced)
+	if !res.Clean() {
+		return exitForced
+	}
+	return exitOK
+}
+
+// serving is a running ebb: the proxy, its drain controller and the admin
+// server.
+type serving struct {
+	px  *proxy.Proxy
+	ctl *drain.Controller
+	adm *admin.Server
+	log *slog.Logger
+}
+
+// startServing builds the proxy for cfg, binds its listeners and starts
+// the admin server. On error nothing is left listening.
+func startServing(cfg *config.Config, tel *telemetry.Telemetry) (*serving, error) {
+	log := tel.Logger
 	reg := drain.NewRegistry()
 	px, err := proxy.New(cfg, reg, tel.Meter, log)
 	if err != nil {
-		log.Error("building the proxy", "err", err)
-		return exitConfig
+		return nil, fmt.Errorf("building the proxy: %w", err)
 	}
 	tel.AddProducer(px.MetricsProducer())
 	if err := px.Start(); err != nil {
-		log.Error("starting", "err", err)
-		return exitConfig
+		return nil, err
 	}
 	ctl := drain.NewController(cfg.Drain, reg, px, log)
 	adm, err := admin.Start(admin.Options{
@@ -67,93 +110,78 @@ func cmdRun(args []string, stderr io.Writer) int {
 		Log:       log,
 	})
 	if err != nil {
-		log.Error("starting", "err", err)
 		px.Close()
-		return exitConfig
+		return nil, err
 	}
 	for _, l := range cfg.Listeners {
 		log.Info("listening", "listener", l.Name, "address", px.Addr(l.Name).String(), "role", l.Role)
 	}
 	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String())
+	return &serving{px: px, ctl: ctl, adm: adm, log: log}, nil
+}
 
-	var child *child
-	if len(childArgs) > 0 {
-		child, err = startChild(childArgs, log)
-		if err != nil {
-			log.Error("starting the application", "err", err)
-			adm.Close()
-			px.Close()
-			return exitConfig
-		}
-	}
-
-	// Owned goroutines: the signal watcher, the child watcher and discovery
-	// end when watchCtx is cancelled after the drain. Discovery keeps
-	// running through the drain: requests in flight still need endpoints.
+// run serves until the drain has ended, with its owned goroutines: the
+// signal watcher, the child watcher, the application watcher and
+// discovery. They end once the drain has: discovery keeps running through
+// it, since requests in flight still need endpoints.
+func (s *serving) run(cfg *config.Config, sigs <-chan os.Signal, child *child) drain.Result {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { px.RunDiscovery(watchCtx) })
-	wg.Go(func() {
-		// Signals are counted here, not inferred from the drain's state: a
-		// drain started by the application's exit or the admin API does
-		// not make the first signal a second one.
-		signals := 0
-		for {
-			select {
-			case s := <-sigs:
-				signals++
-				name := signalName(s)
-				if signals == 1 {
-					// The child gets this signal once ebb has drained
-					// (child.stop): until then it serves the requests
-					// ebb still receives.
-					child.deferSignal(s)
-					ctl.Trigger("signal " + name)
-				} else {
-					log.Warn("second signal: closing now", "signal", name)
-					ctl.Force("signal " + name)
-					child.signal(s)
-				}
-			case <-watchCtx.Done():
-				return
-			}
-		}
-	})
+	wg.Go(func() { s.px.RunDiscovery(watchCtx) })
+	wg.Go(func() { s.watchSignals(watchCtx, sigs, child) })
 	if child != nil {
 		wg.Go(func() {
 			select {
 			case <-child.done:
-				ctl.AppGone("the child process exited")
+				s.ctl.AppGone("the child process exited")
 			case <-watchCtx.Done():
 			}
 		})
 	}
 	// drain.app: the application watched by port, URL or PID.
-	app := drain.WatchApp(watchCtx, cfg.Drain.App, log)
+	app := drain.WatchApp(watchCtx, cfg.Drain.App, s.log)
 	wg.Go(func() {
 		select {
 		case <-app.Done():
-			ctl.AppGone(app.Reason())
+			s.ctl.AppGone(app.Reason())
 		case <-watchCtx.Done():
 		}
 	})
 	defer app.Wait()
 
-	res, _ := ctl.Run(context.Background())
+	res, _ := s.ctl.Run(context.Background())
 	stopWatching()
 	wg.Wait()
+	return res
+}
 
-	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-	adm.Shutdown(shutCtx)
-	tel.Shutdown(shutCtx)
-	cancel()
-	child.stop(log)
-
-	log.Info("ebb exiting", "reason", string(res.Reason), "forced_closes", res.Forced)
-	if !res.Clean() {
-		return exitForced
+// watchSignals turns the first signal into the drain's trigger and a
+// second one into a forced stop, until ctx ends. Signals are counted here,
+// not inferred from the drain's state: a drain started by the
+// application's exit or the admin API does not make the first signal a
+// second one.
+func (s *serving) watchSignals(ctx context.Context, sigs <-chan os.Signal, child *child) {
+	signals := 0
+	for {
+		select {
+		case sig := <-sigs:
+			signals++
+			name := signalName(sig)
+			if signals == 1 {
+				// The child gets this signal once ebb has drained
+				// (child.stop): until then it serves the requests ebb
+				// still receives.
+				child.deferSignal(sig)
+				s.ctl.Trigger("signal " + name)
+			} else {
+				s.log.Warn("second signal: closing now", "signal", name)
+				s.ctl.Force("signal " + name)
+				child.signal(sig)
+			}
+		case <-ctx.Done():
+			return
+		}
 	}
-	return exitOK
 }
 
 // readiness answers /ready from the drain controller.

@@ -21,8 +21,23 @@ import (
 // cluster through net/http's Transport, and puts the answer into the
 // response fasthttp sends; its body streams to the client.
 func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
-	ctx, body := c.ctx, c.body
-	req := &ctx.Request
+	out := c.httpRequest(rt, ep)
+	// A retry's copy of the request must keep the trailer map OnEOF fills.
+	trailer := out.Trailer
+	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
+	resp, ep, err := rt.Cluster.ExchangeHTTP(context.Background(), ep, out, c.body, keepTrailer, c.s.l.Log)
+	if err != nil {
+		c.body.StopAttempt()
+		return 0, ep, err
+	}
+	return c.relayHTTP(resp, ep), ep, nil
+}
+
+// httpRequest builds the request net/http's Transport sends to ep from
+// the client's, whose header rules have been applied. A chunked body's
+// trailers join it as they arrive.
+func (c *call) httpRequest(rt *route.Route, ep *cluster.Endpoint) *http.Request {
+	req, body := &c.ctx.Request, c.body
 	uri := req.URI()
 	out := &http.Request{
 		Method: string(req.Header.Method()),
@@ -68,15 +83,14 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 			}
 		}
 	}
-	// A retry's copy of the request must keep the trailer map onEOF fills.
-	trailer := out.Trailer
-	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
-	resp, ep, err := rt.Cluster.ExchangeHTTP(context.Background(), ep, out, body, keepTrailer, c.s.l.Log)
-	if err != nil {
-		body.StopAttempt()
-		return 0, ep, err
-	}
-	fr := &ctx.Response
+	return out
+}
+
+// relayHTTP puts net/http's response into the one fasthttp sends, its
+// body streamed; it returns the status.
+func (c *call) relayHTTP(resp *http.Response, ep *cluster.Endpoint) int {
+	req, body := &c.ctx.Request, c.body
+	fr := &c.ctx.Response
 	fr.SetStatusCode(resp.StatusCode)
 	headers.StdResponse(resp.Header)
 	for k, vv := range resp.Header {
@@ -99,7 +113,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		if resp.ContentLength >= 0 {
 			fr.Header.SetContentLength(int(resp.ContentLength))
 		}
-		return s, ep, nil
+		return s
 	}
 	size := max(resp.ContentLength, -1)
 	if len(resp.Trailer) > 0 {
@@ -111,7 +125,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		body.Hold() // for the response body: see httpBody.Close
 	}
 	fr.SetBodyStream(&httpBody{ReadCloser: resp.Body, ep: ep, resp: resp, down: &fr.Header, req: body}, int(size))
-	return s, ep, nil
+	return s
 }
 
 // httpBody is a net/http response body on its way to an HTTP/1 client;

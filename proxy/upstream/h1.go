@@ -143,66 +143,14 @@ func sendAgain(ue *Error, idempotent bool) bool {
 // that resp now streams the body from the connection. replayable says
 // whether the request's body (if any) can be sent again.
 func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, idempotent, replayable bool) (streamed bool, err error) {
-	var (
-		cc     C
-		conn   net.Conn
-		uc     *Conn
-		reused bool
-		// sent is how many bytes the connection carried before this
-		// request.
-		sent int64
-	)
-	// A request that could not be sent again whatever happened is only
-	// sent on a pooled connection that is still open as far as the socket
-	// knows. The loop ends: each dead connection leaves the pool, and once
-	// the pool is empty acquire dials a new one.
-	for {
-		if cc, err = t.acquire(0, false); err != nil {
-			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
-				return false, &Error{Kind: KindOverloaded, Err: err}
-			}
-			return false, &Error{Kind: KindConnect, Err: err}
-		}
-		conn = cc.Conn()
-		uc, _ = conn.(*Conn)
-		reused = uc != nil && uc.used
-		if !reused || (idempotent && replayable) {
-			break
-		}
-		if !peerClosed(uc.Conn) {
-			testHookChecked()
-			break
-		}
-		t.discard(cc)
+	a, err := t.acquireFor(idempotent, replayable)
+	if err != nil {
+		return false, err
 	}
-	if uc != nil {
-		sent = uc.sent
-	}
-	// stop ends the watch of ctx; false means ctx's end has closed the
-	// connection, which is then not given back. nil: nothing watched.
-	stop := watchCancel(ctx, conn)
-	fail := func(kind Kind, err error) (bool, error) {
-		cancelled(stop)
-		t.discard(cc)
-		return false, &Error{Kind: kind, Err: err}
-	}
-	// unanswered fails the exchange when the connection ended before any
-	// response byte.
-	unanswered := func(err error) (bool, error) {
-		ue := &Error{Kind: KindBroken, Unanswered: true, Reused: reused, Err: err}
-		// Read before the connection is closed. The acknowledgement of
-		// any byte of the request would have come with (or before) the
-		// upstream's FIN or RST, which has been seen by now.
-		if uc != nil && uc.ackBase >= 0 {
-			acked := ackedBytes(uc.Conn)
-			ue.Unreceived = acked >= 0 && acked-uc.ackBase <= sent
-		}
-		cancelled(stop)
-		t.discard(cc)
-		return false, ue
-	}
-
-	bw := t.hc.AcquireWriter(conn)
+	// The watch of ctx ends with the attempt; its end closes the
+	// connection, which is then not given back.
+	a.stop = watchCancel(ctx, a.conn)
+	bw := t.hc.AcquireWriter(a.conn)
 	writeErr := req.Write(bw)
 	if writeErr == nil {
 		writeErr = bw.Flush()
@@ -212,31 +160,108 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	if writeErr != nil {
 		if !isWriteError(writeErr) {
 			// Reading the client's body failed: the handler knows why.
-			return fail(KindBroken, writeErr)
+			return a.fail(KindBroken, writeErr)
 		}
 		// The upstream stopped reading. It may have answered early (a 401
 		// or 413 to an upload it does not want): relay that answer if it
 		// is there.
 		wait = min(wait, earlyAnswerWait)
 	}
-	if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
-		return fail(KindBroken, err)
+	if err := a.conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return a.fail(KindBroken, err)
 	}
-	br := t.hc.AcquireReader(conn)
+	br := t.hc.AcquireReader(a.conn)
 	if nothing, err := ReadResponseHeader(resp, br); err != nil {
 		t.hc.ReleaseReader(br)
 		switch {
 		case writeErr != nil && IsTimeout(writeErr):
-			return fail(KindTimeout, writeErr) // the upstream stopped reading
+			return a.fail(KindTimeout, writeErr) // the upstream stopped reading
 		case IsTimeout(err):
-			return fail(KindTimeout, err)
+			return a.fail(KindTimeout, err)
 		case !nothing:
-			return fail(KindBroken, err) // a partial response
+			return a.fail(KindBroken, err) // a partial response
 		case writeErr != nil:
-			return unanswered(writeErr)
+			return a.unanswered(writeErr)
 		}
-		return unanswered(err)
+		return a.unanswered(err)
 	}
+	return a.readBody(req, resp, br, writeErr == nil)
+}
+
+// attempt is one try of an exchange on one pooled connection.
+type attempt[C pooledConn] struct {
+	t      *transport[C]
+	cc     C
+	conn   net.Conn
+	uc     *Conn // nil for a connection ebb did not dial (tests)
+	reused bool  // it carried an exchange before
+	sent   int64 // bytes the connection carried before this request
+	// stop ends the watch of the client's context (see watchCancel).
+	stop func() bool
+}
+
+// acquireFor takes a connection from the pool for a request. A request
+// that could not be sent again whatever happened is only sent on a pooled
+// connection that is still open as far as the socket knows. The loop
+// ends: each dead connection leaves the pool, and once the pool is empty
+// acquire dials a new one.
+func (t *transport[C]) acquireFor(idempotent, replayable bool) (attempt[C], error) {
+	a := attempt[C]{t: t}
+	for {
+		cc, err := t.acquire(0, false)
+		if err != nil {
+			if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+				return a, &Error{Kind: KindOverloaded, Err: err}
+			}
+			return a, &Error{Kind: KindConnect, Err: err}
+		}
+		a.cc, a.conn = cc, cc.Conn()
+		a.uc, _ = a.conn.(*Conn)
+		a.reused = a.uc != nil && a.uc.used
+		if !a.reused || (idempotent && replayable) {
+			break
+		}
+		if !peerClosed(a.uc.Conn) {
+			testHookChecked()
+			break
+		}
+		t.discard(cc)
+	}
+	if a.uc != nil {
+		a.sent = a.uc.sent
+	}
+	return a, nil
+}
+
+// fail ends the attempt with an error of kind; the connection is closed.
+func (a *attempt[C]) fail(kind Kind, err error) (bool, error) {
+	cancelled(a.stop)
+	a.t.discard(a.cc)
+	return false, &Error{Kind: kind, Err: err}
+}
+
+// unanswered fails the attempt when the connection ended before any
+// response byte.
+func (a *attempt[C]) unanswered(err error) (bool, error) {
+	ue := &Error{Kind: KindBroken, Unanswered: true, Reused: a.reused, Err: err}
+	// Read before the connection is closed. The acknowledgement of any
+	// byte of the request would have come with (or before) the upstream's
+	// FIN or RST, which has been seen by now.
+	if a.uc != nil && a.uc.ackBase >= 0 {
+		acked := ackedBytes(a.uc.Conn)
+		ue.Unreceived = acked >= 0 && acked-a.uc.ackBase <= a.sent
+	}
+	cancelled(a.stop)
+	a.t.discard(a.cc)
+	return false, ue
+}
+
+// readBody reads the response body after its header: a small one whole,
+// which frees the connection now, a larger one or one of unknown length
+// as a stream that gives the connection back when closed. written says the
+// whole request was written (else the connection cannot be reused).
+func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br *bufio.Reader, written bool) (streamed bool, err error) {
+	t := a.t
 	// The client gets an HTTP/1.1 response whatever the upstream's version:
 	// the framing ebb writes is HTTP/1.1's.
 	if !resp.Header.IsHTTP11() {
@@ -247,7 +272,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	noBody := req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
 	// A body delimited by the connection's close (no length, not chunked)
 	// leaves nothing to reuse.
-	keepAlive := writeErr == nil && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
+	keepAlive := written && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
 
 	switch {
 	case noBody:
@@ -258,13 +283,13 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 			t.hc.ReleaseReader(br)
 			resp.Reset()
 			if IsTimeout(err) {
-				return fail(KindTimeout, err)
+				return a.fail(KindTimeout, err)
 			}
-			return fail(KindBroken, err)
+			return a.fail(KindBroken, err)
 		}
 	default:
 		s := t.streams.Get().(*bodyStream[C])
-		s.cc, s.conn, s.br, s.keepAlive, s.stop, s.down = cc, conn, br, keepAlive, stop, &resp.Header
+		s.cc, s.conn, s.br, s.keepAlive, s.stop, s.down = a.cc, a.conn, br, keepAlive, a.stop, &resp.Header
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
@@ -278,13 +303,13 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		return true, nil
 	}
 	t.hc.ReleaseReader(br)
-	if keepAlive && !cancelled(stop) {
-		if uc != nil {
-			uc.used = true
+	if keepAlive && !cancelled(a.stop) {
+		if a.uc != nil {
+			a.uc.used = true
 		}
-		t.release(cc)
+		t.release(a.cc)
 	} else {
-		t.discard(cc)
+		t.discard(a.cc)
 	}
 	return false, nil
 }
@@ -336,7 +361,7 @@ type bodyStream[C pooledConn] struct {
 	br        *bufio.Reader
 	keepAlive bool
 	eof       bool
-	stop      func() bool // see transport.exchange
+	stop      func() bool // see attempt.stop
 	// down is the header of the response being sent downstream; the
 	// upstream's trailers join it when the body ends.
 	down *fasthttp.ResponseHeader

@@ -10,7 +10,7 @@ import (
 // (TCP_INFO's bytes_acked), or -1 when that cannot be known. Read after the
 // connect and when a connection ends without an answer, and compared with
 // the bytes written, it tells whether the upstream's TCP stack received
-// any byte of the last request; see transport.exchange.
+// any byte of the last request; see attempt.unanswered.
 //
 // The count includes the SYN, so it is at least 1 on any connected socket
 // of a kernel that keeps it (Linux 4.1 and later); 0 is what an older one

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+	"go.uber.org/goleak"
 )
 
 // Origin is an upstream speaking raw HTTP/1.1 over TCP on 127.0.0.1:
@@ -107,3 +108,18 @@ func Listener() config.Listener {
 
 // Discard is a logger that drops everything.
 func Discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// VerifyNoLeaks runs a package's tests and then fails if any goroutine
+// they started is still running (go.uber.org/goleak). Three of fasthttp's
+// own goroutines are not ebb's to end: a HostClient's cleaner of idle
+// connections and a server's cleaner of idle workers each sleep out their
+// interval (time.Sleep, not a select on the stop) before they see they
+// are done, and the server's date updater runs for the life of the
+// process.
+func VerifyNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	)
+}

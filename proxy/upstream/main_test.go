@@ -1,0 +1,11 @@
+package upstream
+
+import (
+	"testing"
+
+	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+)
+
+// Every goroutine a test starts has ended when the package's tests have:
+// lifecycles end with their owners.
+func TestMain(m *testing.M) { proxytest.VerifyNoLeaks(m) }

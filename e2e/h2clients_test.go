@@ -23,13 +23,13 @@ func TestCurlHTTP2(t *testing.T) {
 	if err := os.WriteFile(upload, payload, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []mode{{downH2TLS, upHTTP1}, {downH2TLS, upH2}, {downH2C, upHTTP1}, {downH2C, upH2C}} {
+	for _, m := range []mode{{Down: downH2TLS, Up: upHTTP1}, {Down: downH2TLS, Up: upH2}, {Down: downH2C, Up: upHTTP1}, {Down: downH2C, Up: upH2C}} {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, m, exchangeOrigin())
 			flags := []string{"--http2-prior-knowledge"}
-			if m.tls() {
-				flags = []string{"--http2", "--cacert", e.certFile}
+			if m.TLS() {
+				flags = []string{"--http2", "--cacert", e.CertFile}
 			}
 			for _, c := range []struct {
 				name   string
@@ -37,8 +37,8 @@ func TestCurlHTTP2(t *testing.T) {
 				status int
 				body   []byte
 			}{
-				{"get", []string{e.url("/hello")}, 200, []byte("hello, world\n")},
-				{"post 1MiB", []string{"--data-binary", "@" + upload, "-H", "Content-Type: application/x-test", e.url("/echo")}, 201, payload},
+				{"get", []string{e.URL("/hello")}, 200, []byte("hello, world\n")},
+				{"post 1MiB", []string{"--data-binary", "@" + upload, "-H", "Content-Type: application/x-test", e.URL("/echo")}, 201, payload},
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					status, version, body := matrixCurl(t, append(flags, c.args...)...)
@@ -61,13 +61,13 @@ func TestH2load(t *testing.T) {
 	t.Parallel()
 	bin := h2loadPath(t)
 	const total = 2000
-	for _, m := range []mode{{downH2C, upHTTP1}, {downH2C, upH2C}, {downH2TLS, upHTTP1}, {downH2TLS, upH2C}} {
+	for _, m := range []mode{{Down: downH2C, Up: upHTTP1}, {Down: downH2C, Up: upH2C}, {Down: downH2TLS, Up: upHTTP1}, {Down: downH2TLS, Up: upH2C}} {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, m, exchangeOrigin())
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, "-n", strconv.Itoa(total), "-c", "4", "-m", "10", e.url("/hello"))
+			cmd := exec.CommandContext(ctx, bin, "-n", strconv.Itoa(total), "-c", "4", "-m", "10", e.URL("/hello"))
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("h2load: %v\n%s", err, out)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // exchangeOrigin answers:
@@ -106,12 +108,12 @@ func TestMatrixSlowReader(t *testing.T) {
 		ctx := t.Context()
 		// Warm up (the first connections, pools, buffers), then take the
 		// baseline.
-		if resp, body := e.exchange(t, newRequest(t, ctx, "GET", e.url("/warm"), nil)); resp.StatusCode != 200 {
+		if resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/warm"), nil)); resp.StatusCode != 200 {
 			t.Fatalf("warm-up: status %d, body %q", resp.StatusCode, body)
 		}
 		baseline := procStatusKiB(t, e.ebb.pid(), "VmRSS")
 
-		resp := e.send(t, newRequest(t, ctx, "GET", e.url("/flood"), nil))
+		resp := e.Send(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/flood"), nil))
 		defer resp.Body.Close()
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -138,6 +140,6 @@ func TestMatrixSlowReader(t *testing.T) {
 		if sent >= floodSize {
 			t.Errorf("the origin wrote all %d MiB while the client did not read: nothing held it back", floodSize>>20)
 		}
-		checkSum(t, io.MultiReader(bytes.NewReader(head), resp.Body), floodSize, floodSum())
+		proxytest.CheckSum(t, io.MultiReader(bytes.NewReader(head), resp.Body), floodSize, floodSum())
 	})
 }

@@ -36,13 +36,13 @@ var layers = map[string]int{
 }
 
 // allowed lists, for each library an engine stands on, the packages whose
-// non-test code may import it. The fixtures under proxy/internal serve
-// tests only; bench/fasthttp-bare is the bare fasthttp proxy the
+// non-test code may import it. The fixtures (proxy/proxytest and
+// proxy/internal/enginetest) serve tests only; bench/fasthttp-bare is the bare fasthttp proxy the
 // benchmark measures ebb against.
 var allowed = map[string][]string{
 	"github.com/valyala/fasthttp": {"proxy/headers", "proxy/upstream", "proxy/cluster", "proxy/h1", "proxy/h2",
-		"proxy/internal/enginetest", "proxy/internal/proxytest", "bench/fasthttp-bare"},
-	"golang.org/x/net/http2": {"proxy/h2", "proxy/internal/proxytest"},
+		"proxy/internal/enginetest", "proxy/proxytest", "bench/fasthttp-bare"},
+	"golang.org/x/net/http2": {"proxy/h2", "proxy/proxytest"},
 }
 
 // serverSide are net/http's server-side names: only the HTTP/2 engine,
@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
 	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
 
-var serverSideAllowed = []string{"proxy/h2", "admin", "telemetry", "proxy/internal/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
+var serverSideAllowed = []string{"proxy/h2", "admin", "telemetry", "proxy/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
 
 type listedPackage struct {
 	ImportPath string
@@ -96,7 +96,7 @@ func TestImportLayers(t *testing.T) {
 				}
 				continue
 			}
-			if strings.HasPrefix(dep, "proxy/internal/") && !strings.HasPrefix(name, "proxy/internal/") {
+			if (strings.HasPrefix(dep, "proxy/internal/") || dep == "proxy/proxytest") && !strings.HasPrefix(name, "proxy/internal/") {
 				t.Errorf("%s imports the test fixtures %s", name, dep)
 			}
 			depRank, depRanked := layers[dep]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // The drain's timeline on each engine, in fake time: the controller gives

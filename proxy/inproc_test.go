@@ -144,3 +144,15 @@ func rawExchange(t *testing.T, addr, request string) (*http.Response, []byte) {
 	resp.Body.Close()
 	return resp, body
 }
+
+// hostPort returns the host:port of an httptest server.
+func hostPort(srv *httptest.Server) string { return srv.Listener.Addr().String() }
+
+// newUnstartedOrigin is newOrigin for a server the test configures before
+// calling Start.
+func newUnstartedOrigin(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}

@@ -3,7 +3,7 @@ package proxy
 import (
 	"testing"
 
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // Every goroutine a test starts has ended when the package's tests have:

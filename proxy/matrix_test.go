@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // exchangeOrigin answers:
@@ -56,7 +58,7 @@ func TestMatrixExchanges(t *testing.T) {
 		ctx := t.Context()
 
 		t.Run("get", func(t *testing.T) {
-			resp, body := e.exchange(t, newRequest(t, ctx, "GET", e.url("/hello"), nil))
+			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/hello"), nil))
 			if resp.StatusCode != 200 || string(body) != "hello, world\n" {
 				t.Fatalf("status %d, body %q; want 200 \"hello, world\\n\"", resp.StatusCode, body)
 			}
@@ -65,7 +67,7 @@ func TestMatrixExchanges(t *testing.T) {
 			}
 		})
 		t.Run("head", func(t *testing.T) {
-			resp, body := e.exchange(t, newRequest(t, ctx, "HEAD", e.url("/hello"), nil))
+			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "HEAD", e.URL("/hello"), nil))
 			if resp.StatusCode != 200 || len(body) != 0 {
 				t.Fatalf("status %d, body %q; want 200 and no body", resp.StatusCode, body)
 			}
@@ -83,7 +85,7 @@ func TestMatrixExchanges(t *testing.T) {
 			{"post 100KiB unknown length", mid, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				req := newRequest(t, ctx, "POST", e.url("/echo"), bytes.NewReader(tc.body))
+				req := proxytest.NewRequest(t, ctx, "POST", e.URL("/echo"), bytes.NewReader(tc.body))
 				wantLength := strconv.Itoa(len(tc.body))
 				if tc.unknown {
 					req.Body = io.NopCloser(bytes.NewReader(tc.body))
@@ -91,7 +93,7 @@ func TestMatrixExchanges(t *testing.T) {
 					wantLength = "-1"
 				}
 				req.Header.Set("Content-Type", "application/x-test")
-				resp, body := e.exchange(t, req)
+				resp, body := e.Exchange(t, req)
 				if resp.StatusCode != 201 || !bytes.Equal(body, tc.body) {
 					t.Fatalf("status %d, %d bytes back; want 201 and the %d bytes sent", resp.StatusCode, len(body), len(tc.body))
 				}
@@ -104,7 +106,7 @@ func TestMatrixExchanges(t *testing.T) {
 			})
 		}
 		t.Run("204", func(t *testing.T) {
-			resp, body := e.exchange(t, newRequest(t, ctx, "GET", e.url("/empty"), nil))
+			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/empty"), nil))
 			if resp.StatusCode != 204 || len(body) != 0 {
 				t.Fatalf("status %d, body %q; want 204 and no body", resp.StatusCode, body)
 			}
@@ -132,7 +134,7 @@ func TestMatrixErrors(t *testing.T) {
 		ctx := t.Context()
 		check := func(t *testing.T, req *http.Request, status int, msg string) {
 			t.Helper()
-			resp, body := e.exchange(t, req)
+			resp, body := e.Exchange(t, req)
 			if resp.StatusCode != status || string(body) != msg {
 				t.Fatalf("status %d, body %q; want %d %q", resp.StatusCode, body, status, msg)
 			}
@@ -142,15 +144,15 @@ func TestMatrixErrors(t *testing.T) {
 		}
 
 		t.Run("no route is 404", func(t *testing.T) {
-			req := newRequest(t, ctx, "GET", e.url("/anything"), nil)
+			req := proxytest.NewRequest(t, ctx, "GET", e.URL("/anything"), nil)
 			req.Host = "nowhere.example"
 			check(t, req, 404, "ebb: no route for this request\n")
 		})
 		t.Run("connect refused is 502", func(t *testing.T) {
-			check(t, newRequest(t, ctx, "GET", e.url("/down/x"), nil), 502, "ebb: upstream connect failed\n")
+			check(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/down/x"), nil), 502, "ebb: upstream connect failed\n")
 		})
 		t.Run("response timeout is 504", func(t *testing.T) {
-			check(t, newRequest(t, ctx, "GET", e.url("/slow/x"), nil), 504, "ebb: upstream timed out\n")
+			check(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/slow/x"), nil), 504, "ebb: upstream timed out\n")
 			if err := recv(t, abandoned, "the timed-out request to end at the origin"); !errors.Is(err, context.Canceled) {
 				t.Errorf("the origin's request ended with %v, want context.Canceled", err)
 			}
@@ -205,20 +207,20 @@ func TestMatrixLargeBodies(t *testing.T) {
 			}
 			t.Run("upload "+framing, func(t *testing.T) {
 				// Only a bytes.Reader has a length Go's client sees.
-				req := newRequest(t, ctx, "POST", e.url("/sink"), io.NopCloser(bytes.NewReader(big)))
+				req := proxytest.NewRequest(t, ctx, "POST", e.URL("/sink"), io.NopCloser(bytes.NewReader(big)))
 				req.ContentLength = wantLength
-				resp, body := e.exchange(t, req)
+				resp, body := e.Exchange(t, req)
 				want := fmt.Sprintf("%d %d %s", wantLength, matrixBigSize, bigSum)
 				if resp.StatusCode != 200 || string(body) != want {
 					t.Fatalf("status %d, the origin received %q; want 200 %q", resp.StatusCode, body, want)
 				}
 			})
 			t.Run("download "+framing, func(t *testing.T) {
-				url := e.url("/source")
+				url := e.URL("/source")
 				if unknown {
 					url += "?unknown=1"
 				}
-				resp := e.send(t, newRequest(t, ctx, "GET", url, nil))
+				resp := e.Send(t, proxytest.NewRequest(t, ctx, "GET", url, nil))
 				defer resp.Body.Close()
 				if resp.StatusCode != 200 {
 					t.Fatalf("status %d", resp.StatusCode)
@@ -226,10 +228,10 @@ func TestMatrixLargeBodies(t *testing.T) {
 				if resp.ContentLength != wantLength {
 					t.Errorf("Content-Length %d, want %d", resp.ContentLength, wantLength)
 				}
-				if unknown && !m.downH2() && (len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") {
+				if unknown && !m.DownH2() && (len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") {
 					t.Errorf("Transfer-Encoding %q, want chunked", resp.TransferEncoding)
 				}
-				checkSum(t, resp.Body, matrixBigSize, bigSum)
+				proxytest.CheckSum(t, resp.Body, matrixBigSize, bigSum)
 			})
 		}
 	})
@@ -245,7 +247,7 @@ func TestMatrixStreaming(t *testing.T) {
 		ack := make(chan struct{})        // the client has a response piece
 		got := make(chan string)          // a request piece as the origin read it
 		originErr := make(chan error, 16) // how each origin handler ended
-		duplex := m.downH2() && m.upH2()
+		duplex := m.DownH2() && m.UpH2()
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /down", func(w http.ResponseWriter, r *http.Request) {
 			originErr <- func() error {
@@ -304,7 +306,7 @@ func TestMatrixStreaming(t *testing.T) {
 		defer cancel()
 
 		t.Run("response", func(t *testing.T) {
-			resp := e.send(t, newRequest(t, ctx, "GET", e.url("/down"), nil))
+			resp := e.Send(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/down"), nil))
 			defer resp.Body.Close()
 			for i, p := range pieces {
 				b := make([]byte, len(p))
@@ -332,10 +334,10 @@ func TestMatrixStreaming(t *testing.T) {
 		t.Run("request", func(t *testing.T) {
 			pr, pw := io.Pipe()
 			defer pw.Close()
-			req := newRequest(t, ctx, "POST", e.url("/up"), pr)
+			req := proxytest.NewRequest(t, ctx, "POST", e.URL("/up"), pr)
 			req.ContentLength = -1
 			if duplex {
-				resp := e.send(t, req)
+				resp := e.Send(t, req)
 				defer resp.Body.Close()
 				for i, p := range pieces {
 					if _, err := io.WriteString(pw, p); err != nil {
@@ -362,7 +364,7 @@ func TestMatrixStreaming(t *testing.T) {
 			}
 			respCh := make(chan response, 1)
 			go func() {
-				resp, err := e.client.Do(req)
+				resp, err := e.Client.Do(req)
 				if err != nil {
 					respCh <- response{err: err}
 					return
@@ -415,16 +417,16 @@ func TestMatrixHeaders(t *testing.T) {
 			h.Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(headerReport{Host: r.Host, Header: r.Header})
 		}))
-		req := newRequest(t, t.Context(), "GET", e.url("/headers"), nil)
+		req := proxytest.NewRequest(t, t.Context(), "GET", e.URL("/headers"), nil)
 		req.Header.Set("X-Ordinary-Request", "kept")
 		requestHop := []string{"Connection", "Keep-Alive", "X-Bar"}
-		if !m.downH2() {
+		if !m.DownH2() {
 			// HTTP/2 has no such headers: Go's client will not send them.
 			req.Header.Set("Connection", "x-bar")
 			req.Header.Set("Keep-Alive", "timeout=5")
 			req.Header.Set("X-Bar", "1")
 		}
-		resp, body := e.exchange(t, req)
+		resp, body := e.Exchange(t, req)
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d, body %q", resp.StatusCode, body)
 		}
@@ -449,17 +451,17 @@ func TestMatrixHeaders(t *testing.T) {
 		if got := seen.Header.Get("X-Ordinary-Request"); got != "kept" {
 			t.Errorf("request header X-Ordinary-Request at the origin: %q, want \"kept\"", got)
 		}
-		if seen.Host != e.host {
-			t.Errorf("the origin saw Host %q, want %q (what the client addressed)", seen.Host, e.host)
+		if seen.Host != e.Host {
+			t.Errorf("the origin saw Host %q, want %q (what the client addressed)", seen.Host, e.Host)
 		}
 		proto := "http"
-		if m.tls() {
+		if m.TLS() {
 			proto = "https"
 		}
 		for _, c := range []struct{ name, want string }{
 			{"X-Forwarded-For", "127.0.0.1"},
 			{"X-Forwarded-Proto", proto},
-			{"X-Forwarded-Host", e.host},
+			{"X-Forwarded-Host", e.Host},
 		} {
 			if got := seen.Header[c.name]; len(got) != 1 || got[0] != c.want {
 				t.Errorf("the origin saw %s %q, want [%q]", c.name, got, c.want)
@@ -482,8 +484,8 @@ func TestMatrixTrailers(t *testing.T) {
 			w.Header().Set("X-Checksum", "abc")
 			w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 		}))
-		req := newRequest(t, t.Context(), "GET", e.url("/trailers"), nil)
-		resp, body := e.exchange(t, req)
+		req := proxytest.NewRequest(t, t.Context(), "GET", e.URL("/trailers"), nil)
+		resp, body := e.Exchange(t, req)
 		if resp.StatusCode != 200 || string(body) != "body\n" {
 			t.Fatalf("status %d, body %q; want 200 \"body\\n\"", resp.StatusCode, body)
 		}
@@ -506,11 +508,11 @@ func TestMatrixRequestTrailers(t *testing.T) {
 			}
 			fmt.Fprintf(w, "%s X-Sum=%q", b, r.Trailer.Get("X-Sum"))
 		}))
-		req := newRequest(t, t.Context(), "POST", e.url("/upload"), strings.NewReader("payload"))
+		req := proxytest.NewRequest(t, t.Context(), "POST", e.URL("/upload"), strings.NewReader("payload"))
 		req.Trailer = http.Header{"X-Sum": nil}
 		req.ContentLength = -1
 		req.Trailer.Set("X-Sum", "42")
-		resp, body := e.exchange(t, req)
+		resp, body := e.Exchange(t, req)
 		if want := `payload X-Sum="42"`; resp.StatusCode != 200 || string(body) != want {
 			t.Fatalf("status %d, body %q; want 200 %q", resp.StatusCode, body, want)
 		}
@@ -543,13 +545,13 @@ func TestMatrixCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		path := "/wait"
-		if !m.downH2() {
+		if !m.DownH2() {
 			path = "/slow/wait"
 		}
-		req := newRequest(t, ctx, "GET", e.url(path), nil)
+		req := proxytest.NewRequest(t, ctx, "GET", e.URL(path), nil)
 		errCh := make(chan error, 1)
 		go func() {
-			resp, err := e.client.Do(req)
+			resp, err := e.Client.Do(req)
 			if err == nil {
 				resp.Body.Close()
 			}

@@ -20,7 +20,7 @@ import (
 // have no Upgrade: RFC 9113 §8.6.)
 func TestMatrixWebSocket(t *testing.T) {
 	for _, m := range allModes {
-		if m.downH2() {
+		if m.DownH2() {
 			continue // no Upgrade in HTTP/2 (see above)
 		}
 		t.Run(m.String(), func(t *testing.T) {
@@ -46,16 +46,16 @@ func TestMatrixWebSocket(t *testing.T) {
 				}
 			}))
 			dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
-			if m.tls() {
-				dialer.TLSClientConfig = &tls.Config{RootCAs: e.pool}
+			if m.TLS() {
+				dialer.TLSClientConfig = &tls.Config{RootCAs: e.Pool}
 			}
-			url := "ws://" + e.host + "/chat"
-			if m.tls() {
-				url = "wss://" + e.host + "/chat"
+			url := "ws://" + e.Host + "/chat"
+			if m.TLS() {
+				url = "wss://" + e.Host + "/chat"
 			}
 			hdr := http.Header{"X-Forwarded-Proto": {"http"}, "Forwarded": {"for=198.51.100.1;proto=http"}}
 			c, resp, err := dialer.DialContext(t.Context(), url, hdr)
-			if m.upH2() {
+			if m.UpH2() {
 				if err == nil {
 					c.Close()
 					t.Fatal("the upgrade to a non-http1 cluster was relayed")
@@ -71,7 +71,7 @@ func TestMatrixWebSocket(t *testing.T) {
 			defer c.Close()
 			s := recv(t, got, "the upgrade request at the origin")
 			wantProto := "http"
-			if m.tls() {
+			if m.TLS() {
 				wantProto = "https"
 			}
 			if s.proto != wantProto || s.forwarded != "" || s.xff != "127.0.0.1" {

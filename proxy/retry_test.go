@@ -16,7 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // TestUpstreamResetMidBody: an HTTP/2 upstream that resets a stream while

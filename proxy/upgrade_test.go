@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // TestWebSocketForwardedOverTLS: a WebSocket upgrade that reached ebb

@@ -16,7 +16,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // TestRetryOnConnectFailure: a POST whose first endpoint refuses the

@@ -11,7 +11,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // BenchmarkHandlerGet measures ebb's HTTP/1 request path: routing, header

@@ -12,7 +12,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // The drain's close signal on the HTTP/1 engine, in fake time: the

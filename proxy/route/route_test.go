@@ -6,7 +6,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 func TestRouteMatch(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/h1"
-	"github.com/ebb-proxy/ebb/proxy/internal/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
 )

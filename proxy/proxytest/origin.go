@@ -1,4 +1,6 @@
-// Package proxytest holds the fixtures the data path's tests share:
+// Package proxytest holds what the behaviour tests of ebb share, in the
+// process (the proxy packages) and against the binary (e2e), as
+// net/http/httptest does for net/http:
 // origins speaking raw HTTP/1.1 over loopback TCP, and the cluster
 // configuration the loader's defaults would give.
 package proxytest
@@ -13,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebb-proxy/ebb/config"
 	"go.uber.org/goleak"
+
+	"github.com/ebb-proxy/ebb/config"
 )
 
 // Origin is an upstream speaking raw HTTP/1.1 over TCP on 127.0.0.1:

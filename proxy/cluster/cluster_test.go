@@ -16,8 +16,8 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/drain"
-	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 func testCluster(balancer string, addrs ...string) *Cluster {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // TestCurlHTTP2 sends GET and POST requests through ebb with curl over
@@ -26,7 +28,7 @@ func TestCurlHTTP2(t *testing.T) {
 	for _, m := range []mode{{Down: downH2TLS, Up: upHTTP1}, {Down: downH2TLS, Up: upH2}, {Down: downH2C, Up: upHTTP1}, {Down: downH2C, Up: upH2C}} {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, m, exchangeOrigin())
+			e := newEnv(t, m, proxytest.ExchangeOrigin())
 			flags := []string{"--http2-prior-knowledge"}
 			if m.TLS() {
 				flags = []string{"--http2", "--cacert", e.CertFile}
@@ -64,7 +66,7 @@ func TestH2load(t *testing.T) {
 	for _, m := range []mode{{Down: downH2C, Up: upHTTP1}, {Down: downH2C, Up: upH2C}, {Down: downH2TLS, Up: upHTTP1}, {Down: downH2TLS, Up: upH2C}} {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, m, exchangeOrigin())
+			e := newEnv(t, m, proxytest.ExchangeOrigin())
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "-n", strconv.Itoa(total), "-c", "4", "-m", "10", e.URL("/hello"))

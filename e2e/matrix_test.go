@@ -15,50 +15,6 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
-// exchangeOrigin answers:
-//
-//	GET  /hello  200 "hello, world\n" with Content-Length (HEAD: no body)
-//	POST /echo   201, the body, with the request's Content-Type and
-//	             X-Request-Length: the Content-Length the origin saw
-//	GET  /empty  204
-func exchangeOrigin() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "13")
-		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "hello, world\n")
-	})
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
-		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})
-	mux.HandleFunc("GET /empty", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
-	return mux
-}
-
-// matrixBigSize is the size of the large bodies: twice the largest flow
-// control window on the way (Go's 4 MiB per HTTP/2 stream), a hundred
-// times ebb's 64 KiB buffering threshold. Every byte costs under the race
-// detector, and the scenario runs in 16 modes.
-const matrixBigSize = 8 << 20
-
-// bigBody is the large body, made once: generating it for every mode
-// costs more than moving it under the race detector.
-var bigBody = sync.OnceValues(func() ([]byte, string) {
-	b := randBytes(11, matrixBigSize)
-	sum := sha256.Sum256(b)
-	return b, hex.EncodeToString(sum[:])
-})
-
 const (
 	// floodSize is what the slow reader scenario's origin sends: bigBody
 	// over and over.
@@ -73,7 +29,7 @@ const (
 // floodSum is the SHA-256 (hex) of the flood: bigBody, floodSize/len
 // times over.
 var floodSum = sync.OnceValue(func() string {
-	big, _ := bigBody()
+	big, _ := proxytest.BigBody()
 	h := sha256.New()
 	for range floodSize / len(big) {
 		h.Write(big)
@@ -88,7 +44,7 @@ var floodSum = sync.OnceValue(func() string {
 // the rest, which must be intact.
 func TestMatrixSlowReader(t *testing.T) {
 	run(t, func(t *testing.T, m mode) {
-		big, _ := bigBody()
+		big, _ := proxytest.BigBody()
 		var written atomic.Int64
 		e := newEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/warm" {

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"testing/synctest"
@@ -19,31 +17,6 @@ import (
 // The drain's timeline on each engine, in fake time: the controller gives
 // a connection its close signal at its moment, and the engine passes it on
 // in-band.
-
-// regServer is the drain.Server of these tests: closing closes every
-// connection, as the proxy's Close does.
-type regServer struct{ reg *drain.Registry }
-
-func (regServer) StopAccepting() {}
-func (s regServer) Close() error { s.reg.CloseAll(); return nil }
-
-// startDrain runs a controller over reg with the given delay and no
-// spread, triggered now; stop forces it to its end and waits.
-func startDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
-	cfg := config.Drain{Delay: delay, Quiet: time.Second, Timeout: time.Minute, AcceptUntil: config.AcceptUntilExit,
-		HTTP1: config.DrainHTTP1{IdleClose: config.Never}, HTTP2: config.DrainHTTP2{GoawayGrace: time.Second}}
-	ctl := drain.NewController(cfg, reg, regServer{reg}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	done := make(chan struct{})
-	go func() {
-		ctl.Run(context.Background())
-		close(done)
-	}()
-	ctl.Trigger("test")
-	return func() {
-		ctl.Force("test")
-		<-done
-	}
-}
 
 // TestHTTP2CloseSignal: at the connection's moment the engine sends the
 // first GOAWAY and a PING; a client that does not answer the PING gets the
@@ -91,7 +64,7 @@ func TestHTTP2CloseSignal(t *testing.T) {
 		if p := conn.Protocol(); p != drain.ProtoHTTP2 {
 			t.Fatalf("protocol %v, want http2", p)
 		}
-		stop := startDrain(reg, time.Second)
+		stop := proxytest.StartDrain(reg, time.Second)
 		defer stop()
 		first := next(http2.FrameGoAway).(*http2.GoAwayFrame)
 		if at := time.Since(start); at != time.Second || first.LastStreamID != 1<<31-1 {

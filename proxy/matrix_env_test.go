@@ -1,16 +1,11 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric"
 
@@ -80,54 +75,6 @@ func startMatrixProxy(t *testing.T, yaml string) *Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-// randReader returns a deterministic stream of pseudo-random bytes.
-func randReader(seed byte) io.Reader {
-	var s [32]byte
-	for i := range s {
-		s[i] = seed + byte(i)
-	}
-	return rand.NewChaCha8(s)
-}
-
-// randBytes returns n deterministic pseudo-random bytes.
-func randBytes(seed byte, n int) []byte {
-	b := make([]byte, n)
-	if _, err := io.ReadFull(randReader(seed), b); err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// streamSHA256 returns the hex SHA-256 of the first n bytes of
-// randReader(seed).
-func streamSHA256(seed byte, n int64) string {
-	h := sha256.New()
-	if _, err := io.CopyN(h, randReader(seed), n); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// after returns a timer channel and a function that stops the timer.
-func after(d time.Duration) (<-chan time.Time, func() bool) {
-	tm := time.NewTimer(d)
-	return tm.C, tm.Stop
-}
-
-// recv waits for a value on ch, failing the test after waitTimeout.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	timeout, stop := after(waitTimeout)
-	defer stop()
-	select {
-	case v := <-ch:
-		return v
-	case <-timeout:
-		t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-	}
-	panic("unreachable")
 }
 
 // pieces are sent one at a time by the streaming scenarios; each must

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,41 +11,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
-
-// exchangeOrigin answers:
-//
-//	GET  /hello  200 "hello, world\n" with Content-Length (HEAD: no body)
-//	POST /echo   201, the body, with the request's Content-Type and
-//	             X-Request-Length: the Content-Length the origin saw
-//	GET  /empty  204
-func exchangeOrigin() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "13")
-		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "hello, world\n")
-	})
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
-		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})
-	mux.HandleFunc("GET /empty", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
-	return mux
-}
 
 // TestMatrixExchanges checks plain exchanges in every mode: GET, HEAD,
 // POST echoed back (small, larger than a frame and a buffer, of unknown
@@ -54,7 +22,7 @@ func exchangeOrigin() http.Handler {
 func TestMatrixExchanges(t *testing.T) {
 	mid := randBytes(3, 100<<10)
 	run(t, func(t *testing.T, m mode) {
-		e := newEnv(t, m, exchangeOrigin())
+		e := newEnv(t, m, proxytest.ExchangeOrigin())
 		ctx := t.Context()
 
 		t.Run("get", func(t *testing.T) {
@@ -160,25 +128,11 @@ func TestMatrixErrors(t *testing.T) {
 	})
 }
 
-// matrixBigSize is the size of the large bodies: twice the largest flow
-// control window on the way (Go's 4 MiB per HTTP/2 stream), a hundred
-// times ebb's 64 KiB buffering threshold. Every byte costs under the race
-// detector, and the scenario runs in 16 modes.
-const matrixBigSize = 8 << 20
-
-// bigBody is the large body, made once: generating it for every mode
-// costs more than moving it under the race detector.
-var bigBody = sync.OnceValues(func() ([]byte, string) {
-	b := randBytes(11, matrixBigSize)
-	sum := sha256.Sum256(b)
-	return b, hex.EncodeToString(sum[:])
-})
-
 // TestMatrixLargeBodies moves 8 MiB each way in every mode, with a known
 // length and without one (chunked on HTTP/1, no content-length on
 // HTTP/2), and checks the SHA-256 and the length each side saw.
 func TestMatrixLargeBodies(t *testing.T) {
-	big, bigSum := bigBody()
+	big, bigSum := proxytest.BigBody()
 	run(t, func(t *testing.T, m mode) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /sink", func(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +146,7 @@ func TestMatrixLargeBodies(t *testing.T) {
 		})
 		mux.HandleFunc("GET /source", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("unknown") == "" {
-				w.Header().Set("Content-Length", strconv.Itoa(matrixBigSize))
+				w.Header().Set("Content-Length", strconv.Itoa(proxytest.BigSize))
 			}
 			w.Header().Set("Content-Type", "application/octet-stream")
 			io.Copy(w, bytes.NewReader(big))
@@ -201,7 +155,7 @@ func TestMatrixLargeBodies(t *testing.T) {
 		ctx := t.Context()
 
 		for _, unknown := range []bool{false, true} {
-			framing, wantLength := "known length", int64(matrixBigSize)
+			framing, wantLength := "known length", int64(proxytest.BigSize)
 			if unknown {
 				framing, wantLength = "unknown length", -1
 			}
@@ -210,7 +164,7 @@ func TestMatrixLargeBodies(t *testing.T) {
 				req := proxytest.NewRequest(t, ctx, "POST", e.URL("/sink"), io.NopCloser(bytes.NewReader(big)))
 				req.ContentLength = wantLength
 				resp, body := e.Exchange(t, req)
-				want := fmt.Sprintf("%d %d %s", wantLength, matrixBigSize, bigSum)
+				want := fmt.Sprintf("%d %d %s", wantLength, proxytest.BigSize, bigSum)
 				if resp.StatusCode != 200 || string(body) != want {
 					t.Fatalf("status %d, the origin received %q; want 200 %q", resp.StatusCode, body, want)
 				}
@@ -231,7 +185,7 @@ func TestMatrixLargeBodies(t *testing.T) {
 				if unknown && !m.DownH2() && (len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") {
 					t.Errorf("Transfer-Encoding %q, want chunked", resp.TransferEncoding)
 				}
-				proxytest.CheckSum(t, resp.Body, matrixBigSize, bigSum)
+				proxytest.CheckSum(t, resp.Body, proxytest.BigSize, bigSum)
 			})
 		}
 	})

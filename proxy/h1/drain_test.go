@@ -1,7 +1,6 @@
 package h1_test
 
 import (
-	"context"
 	"net"
 	"testing"
 	"testing/synctest"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
@@ -18,31 +16,6 @@ import (
 // The drain's close signal on the HTTP/1 engine, in fake time: the
 // controller gives a connection its close signal at its moment, and the
 // engine passes it on in-band.
-
-// regServer is the drain.Server of these tests: closing closes every
-// connection, as the proxy's Close does.
-type regServer struct{ reg *drain.Registry }
-
-func (regServer) StopAccepting() {}
-func (s regServer) Close() error { s.reg.CloseAll(); return nil }
-
-// startDrain runs a controller over reg with the given delay and no
-// spread, triggered now; stop forces it to its end and waits.
-func startDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
-	cfg := config.Drain{Delay: delay, Quiet: time.Second, Timeout: time.Minute, AcceptUntil: config.AcceptUntilExit,
-		HTTP1: config.DrainHTTP1{IdleClose: config.Never}, HTTP2: config.DrainHTTP2{GoawayGrace: time.Second}}
-	ctl := drain.NewController(cfg, reg, regServer{reg}, proxytest.Discard())
-	done := make(chan struct{})
-	go func() {
-		ctl.Run(context.Background())
-		close(done)
-	}()
-	ctl.Trigger("test")
-	return func() {
-		ctl.Force("test")
-		<-done
-	}
-}
 
 // TestHTTP1CloseSignal: before the connection's moment (here T+1s)
 // responses keep the connection; from it on, each carries Connection:
@@ -68,7 +41,7 @@ func TestHTTP1CloseSignal(t *testing.T) {
 		if closes() {
 			t.Fatal("Connection: close before the drain")
 		}
-		stop := startDrain(reg, time.Second)
+		stop := proxytest.StartDrain(reg, time.Second)
 		defer stop()
 		time.Sleep(500 * time.Millisecond) // fake time
 		synctest.Wait()

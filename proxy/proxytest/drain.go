@@ -1,0 +1,35 @@
+package proxytest
+
+import (
+	"context"
+	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+)
+
+// regServer is the drain.Server of StartDrain: closing closes every
+// connection, as the proxy's Close does.
+type regServer struct{ reg *drain.Registry }
+
+func (regServer) StopAccepting() {}
+func (s regServer) Close() error { s.reg.CloseAll(); return nil }
+
+// StartDrain runs a drain controller over reg with the given delay and no
+// spread, triggered now; stop forces it to its end and waits for it. In a
+// testing/synctest bubble its timeline runs in fake time.
+func StartDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
+	cfg := config.Drain{Delay: delay, Quiet: time.Second, Timeout: time.Minute, AcceptUntil: config.AcceptUntilExit,
+		HTTP1: config.DrainHTTP1{IdleClose: config.Never}, HTTP2: config.DrainHTTP2{GoawayGrace: time.Second}}
+	ctl := drain.NewController(cfg, reg, regServer{reg}, Discard())
+	done := make(chan struct{})
+	go func() {
+		ctl.Run(context.Background())
+		close(done)
+	}()
+	ctl.Trigger("test")
+	return func() {
+		ctl.Force("test")
+		<-done
+	}
+}

@@ -1,0 +1,54 @@
+package proxytest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// ExchangeOrigin answers:
+//
+//	GET  /hello  200 "hello, world\n" with Content-Length (HEAD: no body)
+//	POST /echo   201, the body, with the request's Content-Type and
+//	             X-Request-Length: the Content-Length the origin saw
+//	GET  /empty  204
+func ExchangeOrigin() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "13")
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "hello, world\n")
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})
+	mux.HandleFunc("GET /empty", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// BigSize is the size of the large bodies: twice the largest flow
+// control window on the way (Go's 4 MiB per HTTP/2 stream), a hundred
+// times ebb's 64 KiB buffering threshold. Every byte costs under the race
+// detector, and the scenario runs in 16 modes.
+const BigSize = 8 << 20
+
+// BigBody is the large body, made once: generating it for every mode
+// costs more than moving it under the race detector.
+var BigBody = sync.OnceValues(func() ([]byte, string) {
+	b := RandBytes(11, BigSize)
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:])
+})

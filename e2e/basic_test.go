@@ -11,38 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
-// singleClusterYAML is a configuration with one listener ("public") that
-// sends everything to one cluster ("app") at origin.
-func singleClusterYAML(origin string) string {
-	return oneClusterYAML(origin, nil, nil)
-}
-
-// oneClusterYAML is singleClusterYAML with more keys: listener lines go in
-// the listener's block, cluster lines in the cluster's (each one YAML line,
-// such as "limits: { max_body_bytes: 1KiB }").
-func oneClusterYAML(origin string, listener, cluster []string) string {
-	indent := func(lines []string) string {
-		var b strings.Builder
-		for _, l := range lines {
-			b.WriteString("    " + l + "\n")
-		}
-		return b.String()
-	}
-	return fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-%s    routes:
-      - match: { path_prefix: "/" }
-        cluster: app
-clusters:
-  - name: app
-    discovery: { static: [%q] }
-%s`, indent(listener), origin, indent(cluster))
-}
+// The configurations the behaviour tests share with the proxy package's.
+var (
+	singleClusterYAML = proxytest.SingleClusterYAML
+	oneClusterYAML    = proxytest.OneClusterYAML
+)
 
 // basicOrigin answers:
 //

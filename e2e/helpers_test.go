@@ -3,14 +3,10 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // ebbBin is the path of the ebb binary built by TestMain.
@@ -396,39 +394,6 @@ func closedPort(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
-// newClient returns a Go HTTP client with its own transport (so that
-// connection reuse is under the test's control), closed at cleanup.
-func newClient(t *testing.T) *http.Client {
-	t.Helper()
-	tr := &http.Transport{
-		DisableCompression:    true,
-		MaxIdleConnsPerHost:   4,
-		ResponseHeaderTimeout: waitTimeout,
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{
-		Transport: tr,
-		Timeout:   2 * time.Minute,
-		// A redirect is an answer to check, not to follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
-// do sends req and returns the status, body and response.
-func do(t *testing.T, c *http.Client, req *http.Request) (int, []byte, *http.Response) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", req.Method, req.URL, err)
-	}
-	return resp.StatusCode, body, resp
-}
-
 func get(t *testing.T, c *http.Client, url string) (int, []byte, *http.Response) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -479,40 +444,6 @@ func runCurl(t *testing.T, args ...string) curlResult {
 	return curlResult{status: status, body: body, stderr: stderr.String()}
 }
 
-// randReader returns a deterministic stream of pseudo-random bytes.
-func randReader(seed byte) io.Reader {
-	var s [32]byte
-	for i := range s {
-		s[i] = seed + byte(i)
-	}
-	return rand.NewChaCha8(s)
-}
-
-// randBytes returns n deterministic pseudo-random bytes.
-func randBytes(seed byte, n int) []byte {
-	b := make([]byte, n)
-	if _, err := io.ReadFull(randReader(seed), b); err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// streamSHA256 returns the hex SHA-256 of the first n bytes of
-// randReader(seed).
-func streamSHA256(seed byte, n int64) string {
-	h := sha256.New()
-	if _, err := io.CopyN(h, randReader(seed), n); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// after returns a timer channel and a function that stops the timer.
-func after(d time.Duration) (<-chan time.Time, func() bool) {
-	tm := time.NewTimer(d)
-	return tm.C, tm.Stop
-}
-
 // recv waits for a value on ch, failing the test after waitTimeout.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
@@ -526,39 +457,6 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 		var zero T
 		return zero
 	}
-}
-
-// rawConn dials addr with a deadline for the whole exchange; closed at
-// cleanup.
-func rawConn(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, waitTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetDeadline(time.Now().Add(waitTimeout))
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// rawExchange writes a raw request on a new connection to addr and reads
-// one response.
-func rawExchange(t *testing.T, addr, request string) (*http.Response, []byte) {
-	t.Helper()
-	c := rawConn(t, addr)
-	if _, err := io.WriteString(c, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the response: %v", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading the response body: %v", err)
-	}
-	resp.Body.Close()
-	return resp, body
 }
 
 // adminClient talks to admin servers without keeping connections open
@@ -656,3 +554,15 @@ func metricValue(samples []metricSample, name string, labels map[string]string) 
 	}
 	return 0, false
 }
+
+// The helpers the behaviour tests share with the proxy package's.
+var (
+	randReader   = proxytest.RandReader
+	randBytes    = proxytest.RandBytes
+	streamSHA256 = proxytest.StreamSHA256
+	after        = proxytest.After
+	newClient    = proxytest.NewClient
+	do           = proxytest.Do
+	rawConn      = proxytest.RawConn
+	rawExchange  = proxytest.RawExchange
+)

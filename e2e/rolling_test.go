@@ -454,11 +454,14 @@ type rollingFailure struct {
 func startRollingLoad(t *testing.T, addr string) *rollingLoad {
 	l := &rollingLoad{start: time.Now(), stopc: make(chan struct{}), sent: map[string]map[string]int{}}
 	end := l.start.Add(rollingLimit)
+	// Every kind's counters exist before the first worker records.
+	for _, kind := range vipClientKinds {
+		l.sent[kind.name] = map[string]int{}
+	}
 	var clients []vipClient
 	for k, kind := range vipClientKinds {
 		c := kind.new(addr, rollingWorkers)
 		clients = append(clients, c)
-		l.sent[kind.name] = map[string]int{}
 		for w := range rollingWorkers {
 			id := k*rollingWorkers + w // unique paths across kinds
 			l.wg.Go(func() {

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Drain scenario (e), the deadline. The helpers the scenarios share are
+// in drain_scenarios_test.go.
+
+// TestDrainDeadline holds a stream open through ebb past drain.timeout: an
+// HTTP/1 request the origin never answers, the same over HTTP/2 (h2c), and
+// a WebSocket. At the deadline ebb closes it (the client sees its
+// connection closed, not before the deadline), logs "drain finished" with
+// reason deadline and forced_closes ≥ 1, and exits with status 3, within
+// 1 s of the deadline.
+func TestDrainDeadline(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	// An opener starts the stream through e and returns once it is
+	// established end to end; the channel reports how it ended. triggered
+	// is closed once the drain has begun.
+	type opener func(t *testing.T, e *ebbProc, arrived, triggered <-chan struct{}) <-chan heldResult
+	hold := func(major int) opener {
+		return func(t *testing.T, e *ebbProc, arrived, _ <-chan struct{}) <-chan heldResult {
+			var p http.Protocols
+			if major == 2 {
+				p.SetUnencryptedHTTP2(true)
+			} else {
+				p.SetHTTP1(true)
+			}
+			tr := &http.Transport{Protocols: &p, DisableCompression: true}
+			t.Cleanup(tr.CloseIdleConnections)
+			ch := make(chan heldResult, 1)
+			go func() {
+				resp, err := (&http.Client{Transport: tr}).Get(e.url("public", "/never"))
+				if err != nil {
+					ch <- heldResult{err: err, at: time.Now()}
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.ProtoMajor != major {
+					err = fmt.Errorf("answered over %s", resp.Proto)
+				}
+				ch <- heldResult{status: resp.StatusCode, body: string(b), err: err, at: time.Now()}
+			}()
+			recv(t, arrived, "the request to reach the origin")
+			return ch
+		}
+	}
+	websocketOpener := func(t *testing.T, e *ebbProc, arrived, triggered <-chan struct{}) <-chan heldResult {
+		dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
+		c, _, err := dialer.Dial("ws://"+e.addr("public")+"/ws", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		recv(t, arrived, "the WebSocket to reach the origin")
+		c.SetReadDeadline(time.Now().Add(waitTimeout))
+		echo := func(msg string) error {
+			if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+				return err
+			}
+			_, got, err := c.ReadMessage()
+			if err == nil && string(got) != msg {
+				err = fmt.Errorf("echo of %q: %q", msg, got)
+			}
+			return err
+		}
+		if err := echo("before the drain"); err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan heldResult, 1)
+		go func() {
+			// One echo during the drain (an upgraded connection keeps
+			// working), then wait for the connection to end.
+			timeout, stop := after(waitTimeout)
+			defer stop()
+			select {
+			case <-triggered:
+			case <-timeout:
+				ch <- heldResult{err: errors.New("the drain did not begin"), at: time.Now()}
+				return
+			}
+			if err := echo("during the drain"); err != nil {
+				ch <- heldResult{err: fmt.Errorf("echo during the drain: %w", err), at: time.Now()}
+				return
+			}
+			_, msg, err := c.ReadMessage()
+			ch <- heldResult{body: string(msg), err: err, at: time.Now()}
+		}()
+		return ch
+	}
+	cases := []struct {
+		name string
+		open opener
+	}{
+		{"h1", hold(1)},
+		{"h2c", hold(2)},
+		{"websocket", websocketOpener},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			arrived := make(chan struct{}, 1)
+			upgrader := websocket.Upgrader{}
+			origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/ws" {
+					c, err := upgrader.Upgrade(w, r, nil)
+					if err != nil {
+						return
+					}
+					defer c.Close()
+					arrived <- struct{}{}
+					for {
+						typ, msg, err := c.ReadMessage()
+						if err != nil {
+							return
+						}
+						if err := c.WriteMessage(typ, msg); err != nil {
+							return
+						}
+					}
+				}
+				// Never answers within the test.
+				arrived <- struct{}{}
+				<-r.Context().Done()
+			}))
+			e := startEbb(t, singleClusterYAML(hostPort(origin))+scenarioDrain(timeout))
+			triggered := make(chan struct{})
+			held := tc.open(t, e, arrived, triggered)
+
+			exited := exitedAt(e)
+			trigger := time.Now()
+			e.signal(syscall.SIGTERM)
+			if status, body := pollReady(t, e); status != 503 {
+				t.Errorf("/ready during the drain: %d %q, want 503", status, body)
+			}
+			close(triggered)
+			r := recv(t, held, "the held stream to end")
+			exitAt := recv(t, exited, "ebb to exit at the deadline")
+			code := e.exit()
+			t.Logf("stream ended at T+%s (%v); ebb exited at T+%s", r.at.Sub(trigger).Round(time.Millisecond), r.err,
+				exitAt.Sub(trigger).Round(time.Millisecond))
+			if r.err == nil {
+				t.Errorf("the held stream ended with %d %q, want its connection closed", r.status, r.body)
+			}
+			if d := r.at.Sub(trigger); d < timeout {
+				t.Errorf("the held stream ended at T+%s, before the deadline (%s): %v", d, timeout, r.err)
+			}
+			if code != 3 {
+				t.Errorf("exit status %d, want 3 (deadline); log:\n%s", code, e.logs())
+			}
+			if d := exitAt.Sub(trigger); d < timeout || d > timeout+time.Second {
+				t.Errorf("ebb exited at T+%s, want between the deadline (%s) and 1s after", d, timeout)
+			}
+			if f := checkDrainEnd(t, e, "deadline"); f < 1 {
+				t.Errorf("forced_closes %v, want ≥ 1", f)
+			}
+		})
+	}
+}

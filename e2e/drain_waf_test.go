@@ -1,0 +1,470 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Drain scenario (c), nginx as a WAF in front of two replicas. The
+// helpers the scenarios share are in drain_scenarios_test.go.
+
+// wafOrigin answers every request with its body, X-Replica: name and the
+// X-Request-Id it was sent.
+func wafOrigin(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("X-Replica", name)
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Write(b)
+	})
+}
+
+// wafHTTPBlock is nginx's http block for the WAF: one upstream group
+// listing servers with a keep-alive pool, HTTP/1.1 to the upstreams, and
+// nginx's defaults for proxy_next_upstream (error timeout: a POST already
+// sent is not retried, so any error ebb causes is a 502 at the client).
+func wafHTTPBlock(servers ...string) func(listen string) string {
+	return func(listen string) string {
+		var list strings.Builder
+		for _, s := range servers {
+			fmt.Fprintf(&list, "        server %s;\n", s)
+		}
+		// client_body_buffer_size: bodies stay in memory (nginx sends a
+		// body spooled to a temporary file with a ~40ms delayed-ACK stall
+		// per request, which would only slow the load down).
+		return fmt.Sprintf(`    keepalive_timeout 60s;
+    keepalive_requests 1000000;
+    client_body_buffer_size 64k;
+    upstream replicas {
+%s        keepalive 16;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen %s;
+        location / {
+            proxy_pass http://replicas;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }`, list.String(), listen)
+	}
+}
+
+// postLoad sends POST requests with bodies from several workers, each over
+// its own keep-alive connection (Go's HTTP/1 client), until stopped, and
+// checks every response byte for byte.
+//
+// url and bodies are read-only; the rest after mu is guarded by it.
+type postLoad struct {
+	url      string
+	bodies   [][]byte
+	stopc    chan struct{}
+	wg       sync.WaitGroup
+	warm     chan struct{} // closed once each of the replicas answered 3 times
+	warmOnce sync.Once
+
+	mu     sync.Mutex
+	served map[string][]time.Time // by X-Replica: when each good response completed
+	nerr   int
+	errs   []string // the first 10
+}
+
+func startPostLoad(t *testing.T, url string, workers int, replicas ...string) *postLoad {
+	l := &postLoad{
+		url:    url,
+		bodies: [][]byte{randBytes(11, 1<<10), randBytes(12, 7<<10), randBytes(13, 20<<10)},
+		stopc:  make(chan struct{}),
+		warm:   make(chan struct{}),
+		served: map[string][]time.Time{},
+	}
+	end := time.Now().Add(stopTimeout)
+	for w := range workers {
+		tr := &http.Transport{MaxIdleConnsPerHost: 1, ResponseHeaderTimeout: waitTimeout, DisableCompression: true}
+		client := &http.Client{Transport: tr, Timeout: waitTimeout}
+		l.wg.Go(func() {
+			defer tr.CloseIdleConnections()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stopc:
+					return
+				default:
+				}
+				if time.Now().After(end) {
+					l.fail(fmt.Sprintf("worker %d was not stopped within %s", w, stopTimeout))
+					return
+				}
+				replica, err := l.post(client, w, i)
+				if err != nil {
+					l.fail(fmt.Sprintf("%s worker %d request %d: %v", time.Now().Format("15:04:05.000"), w, i, err))
+					continue
+				}
+				l.mu.Lock()
+				l.served[replica] = append(l.served[replica], time.Now())
+				warm := true
+				for _, r := range replicas {
+					warm = warm && len(l.served[r]) >= 3
+				}
+				l.mu.Unlock()
+				if warm {
+					l.warmOnce.Do(func() { close(l.warm) })
+				}
+			}
+		})
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *postLoad) post(c *http.Client, w, i int) (string, error) {
+	body := l.bodies[(w+i)%len(l.bodies)]
+	id := fmt.Sprintf("%d-%d", w, i)
+	req, err := http.NewRequest(http.MethodPost, l.url+"/post/"+id, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("X-Request-Id", id)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("status %d, reading the body: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("status %d (X-Replica %q), body %q", resp.StatusCode, resp.Header.Get("X-Replica"), trunc(got))
+	}
+	if !bytes.Equal(got, body) {
+		return "", fmt.Errorf("body differs: %d bytes, want %d", len(got), len(body))
+	}
+	if g := resp.Header.Get("X-Request-Id"); g != id {
+		return "", fmt.Errorf("X-Request-Id %q, want %q", g, id)
+	}
+	return resp.Header.Get("X-Replica"), nil
+}
+
+func (l *postLoad) fail(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nerr++
+	if len(l.errs) < 10 {
+		l.errs = append(l.errs, msg)
+	}
+}
+
+// stop stops the workers and waits for them; safe to call twice.
+func (l *postLoad) stop() {
+	select {
+	case <-l.stopc:
+	default:
+		close(l.stopc)
+	}
+	l.wg.Wait()
+}
+
+// servedSince returns how many good responses replica gave after t.
+func (l *postLoad) servedSince(replica string, t time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, at := range l.served[replica] {
+		if at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *postLoad) total() (ok, errs int, first []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.served {
+		ok += len(s)
+	}
+	return ok, l.nerr, append([]string(nil), l.errs...)
+}
+
+// wafVIP is a minimal Service VIP for the WAF scenario: it forwards each
+// TCP connection to one backend chosen round-robin among those listed when
+// it arrives, and keeps it pinned there (conntrack) when the list changes.
+// Half-closes are passed on as half-closes, errors as resets.
+//
+// ln is read-only; wg counts the accept loop and the forwarding
+// goroutines; the rest is guarded by mu.
+type wafVIP struct {
+	ln *net.TCPListener
+	wg sync.WaitGroup
+
+	mu         sync.Mutex
+	backends   []string
+	next       int
+	conns      map[*net.TCPConn]struct{}
+	closed     bool
+	dialErrors []string
+}
+
+func newWAFVIP(t *testing.T, backends ...string) *wafVIP {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &wafVIP{ln: ln, backends: backends, conns: map[*net.TCPConn]struct{}{}}
+	v.wg.Go(func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			v.wg.Go(func() { v.forward(c) })
+		}
+	})
+	t.Cleanup(v.close)
+	return v
+}
+
+func (v *wafVIP) addr() string { return v.ln.Addr().String() }
+
+// set replaces the backends new connections go to.
+func (v *wafVIP) set(backends ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.backends = backends
+}
+
+// track adds c to the open connections, or reports false once closed.
+func (v *wafVIP) track(cs ...*net.TCPConn) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return false
+	}
+	for _, c := range cs {
+		v.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (v *wafVIP) forward(client *net.TCPConn) {
+	defer client.Close()
+	v.mu.Lock()
+	if len(v.backends) == 0 {
+		v.mu.Unlock()
+		return
+	}
+	backend := v.backends[v.next%len(v.backends)]
+	v.next++
+	v.mu.Unlock()
+	nc, err := net.DialTimeout("tcp", backend, waitTimeout)
+	if err != nil {
+		v.mu.Lock()
+		v.dialErrors = append(v.dialErrors, err.Error())
+		v.mu.Unlock()
+		client.SetLinger(0) // a reset, as a DNAT to a gone pod
+		return
+	}
+	bc := nc.(*net.TCPConn)
+	defer bc.Close()
+	if !v.track(client, bc) {
+		return
+	}
+	defer func() {
+		v.mu.Lock()
+		delete(v.conns, client)
+		delete(v.conns, bc)
+		v.mu.Unlock()
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wafCopy(bc, client)
+	}()
+	wafCopy(client, bc)
+	<-done
+}
+
+// wafCopy copies src to dst; src's end of stream becomes dst's
+// half-close, an error a reset of dst.
+func wafCopy(dst, src *net.TCPConn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.SetLinger(0)
+		dst.Close()
+		src.Close()
+		return
+	}
+	dst.CloseWrite()
+}
+
+func (v *wafVIP) close() {
+	v.mu.Lock()
+	v.closed = true
+	for c := range v.conns {
+		c.Close()
+	}
+	v.mu.Unlock()
+	v.ln.Close()
+	v.wg.Wait()
+}
+
+// awaitWarm waits until every replica has answered through nginx, failing
+// with nginx's error log if nginx exits or the wait takes waitTimeout.
+func (l *postLoad) awaitWarm(t *testing.T, ng *nginxProc) {
+	t.Helper()
+	timeout, stop := after(waitTimeout)
+	defer stop()
+	select {
+	case <-l.warm:
+	case <-ng.done:
+		t.Fatalf("nginx exited (%v); its error log:\n%s", ng.err, ng.log())
+	case <-timeout:
+		_, nerr, errs := l.total()
+		t.Fatalf("the replicas did not all answer through nginx within %s; %d errors, first:\n%s\nnginx error log:\n%s",
+			waitTimeout, nerr, strings.Join(errs, "\n"), ng.log())
+	}
+}
+
+// wafReplicaYAML is one ebb replica of the WAF scenario.
+func wafReplicaYAML(origin string) string {
+	return singleClusterYAML(origin) + scenarioDrain(10*time.Second)
+}
+
+// TestDrainWAF puts nginx, as a WAF with a keep-alive upstream pool and
+// its default proxy_next_upstream (no retry of a POST once sent), in front
+// of two ebb replicas, sends POSTs with bodies through it from 6 Go
+// workers (keep-alive to nginx), and drains replica A with SIGTERM. Every
+// response must be a 200 with the body sent, and A must exit 0 (drained,
+// nothing forced). nginx's error log must show no error.
+//
+//   - direct: nginx's upstream lists both replicas and is never told
+//     (nginx OSS cannot drop a server without a reload, and a reload makes
+//     nginx itself close idle client connections, which Go's client sees as
+//     errors on POSTs whatever the upstream). A keeps getting its share of
+//     the POSTs through the whole drain, each new connection told to close
+//     after its first response; once the load stops, A exits within
+//     quiet plus 1 s.
+//   - vip: nginx's upstream is a Service VIP listing both replicas, from
+//     which A is removed some time after its trigger (before the end of the
+//     announce phase, and after the signal phase): A exits under load.
+func TestDrainWAF(t *testing.T) {
+	t.Parallel()
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
+		b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
+		ng := startNginx(t, wafHTTPBlock(a.addr("public"), b.addr("public")))
+		load := startPostLoad(t, "http://"+ng.addr, 6, "A", "B")
+		load.awaitWarm(t, ng)
+
+		exited := exitedAt(a)
+		trigger := time.Now()
+		a.signal(syscall.SIGTERM)
+		stopAt := trigger.Add(scnDelay + scnSpread + 700*time.Millisecond)
+		holdUntil(t, stopAt, a.done, "replica A exited while nginx was still sending it requests")
+		load.stop()
+		stopped := time.Now()
+		exitAt := recv(t, exited, "replica A to exit")
+		code := a.exit()
+
+		ok, nerr, errs := load.total()
+		duringSignal := load.servedSince("A", trigger.Add(scnDelay))
+		t.Logf("%d POSTs answered, %d errors; A answered %d after T+%s; A exited %s after the load stopped (T+%s)",
+			ok, nerr, duringSignal, scnDelay, exitAt.Sub(stopped).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond))
+		if nerr != 0 {
+			t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
+				nerr, strings.Join(errs, "\n"), ng.log(), a.logs())
+		}
+		if duringSignal == 0 {
+			t.Errorf("replica A answered no POST after T+%s: the scenario tested nothing", scnDelay)
+		}
+		if code != 0 {
+			t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
+		}
+		if d := exitAt.Sub(stopped); d > scnQuiet+time.Second {
+			t.Errorf("replica A exited %s after the load stopped, want within quiet (%s) + 1s", d, scnQuiet)
+		}
+		if f := checkDrainEnd(t, a, "drained"); f != 0 {
+			t.Errorf("replica A forced_closes %v, want 0", f)
+		}
+		if l := ng.logErrors(); len(l) > 0 {
+			t.Errorf("nginx logged errors:\n%s", strings.Join(l, "\n"))
+		}
+	})
+	for _, removal := range []time.Duration{200 * time.Millisecond, scnDelay + scnSpread + 400*time.Millisecond} {
+		t.Run("vip/removed_after_"+removal.String(), func(t *testing.T) {
+			t.Parallel()
+			a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
+			b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
+			v := newWAFVIP(t, a.addr("public"), b.addr("public"))
+			ng := startNginx(t, wafHTTPBlock(v.addr()))
+			load := startPostLoad(t, "http://"+ng.addr, 6, "A", "B")
+			load.awaitWarm(t, ng)
+
+			exited := exitedAt(a)
+			trigger := time.Now()
+			a.signal(syscall.SIGTERM)
+			// A may exit before its removal: nginx's pool to the VIP ends
+			// up pinned to B, so no new connection may reach A for quiet,
+			// which DRAIN.md counts as drained.
+			removeAt := time.NewTimer(time.Until(trigger.Add(removal)))
+			select {
+			case <-removeAt.C:
+			case <-a.done:
+				t.Logf("replica A exited at T+%s, before its removal from the VIP (no new connection for quiet)",
+					time.Since(trigger).Round(time.Millisecond))
+				<-removeAt.C
+			}
+			v.set(b.addr("public"))
+			exitAt := recv(t, exited, "replica A to exit")
+			code := a.exit()
+			// Nothing may break after A's exit: keep the load a moment.
+			holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
+			load.stop()
+
+			ok, nerr, errs := load.total()
+			afterTrigger := load.servedSince("A", trigger)
+			t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
+				ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
+			if nerr != 0 {
+				t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
+					nerr, strings.Join(errs, "\n"), ng.log(), a.logs())
+			}
+			if afterTrigger == 0 {
+				t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
+			}
+			if code != 0 {
+				t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
+			}
+			bound := max(removal, scnDelay+scnSpread) + scnIdleClose + scnQuiet + time.Second
+			if d := exitAt.Sub(trigger); d > bound {
+				t.Errorf("replica A exited at T+%s, want by T+%s (max(removal, delay+spread) + idle_close + quiet + 1s)", d, bound)
+			}
+			if f := checkDrainEnd(t, a, "drained"); f != 0 {
+				t.Errorf("replica A forced_closes %v, want 0", f)
+			}
+			v.mu.Lock()
+			dialErrs := v.dialErrors
+			v.mu.Unlock()
+			if len(dialErrs) > 0 {
+				t.Errorf("the VIP could not reach a replica: %v", dialErrs)
+			}
+			if l := ng.logErrors(); len(l) > 0 {
+				t.Errorf("nginx logged errors:\n%s", strings.Join(l, "\n"))
+			}
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -199,128 +198,6 @@ func (l *postLoad) total() (ok, errs int, first []string) {
 	return ok, l.nerr, append([]string(nil), l.errs...)
 }
 
-// wafVIP is a minimal Service VIP for the WAF scenario: it forwards each
-// TCP connection to one backend chosen round-robin among those listed when
-// it arrives, and keeps it pinned there (conntrack) when the list changes.
-// Half-closes are passed on as half-closes, errors as resets.
-//
-// ln is read-only; wg counts the accept loop and the forwarding
-// goroutines; the rest is guarded by mu.
-type wafVIP struct {
-	ln *net.TCPListener
-	wg sync.WaitGroup
-
-	mu         sync.Mutex
-	backends   []string
-	next       int
-	conns      map[*net.TCPConn]struct{}
-	closed     bool
-	dialErrors []string
-}
-
-func newWAFVIP(t *testing.T, backends ...string) *wafVIP {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &wafVIP{ln: ln, backends: backends, conns: map[*net.TCPConn]struct{}{}}
-	v.wg.Go(func() {
-		for {
-			c, err := ln.AcceptTCP()
-			if err != nil {
-				return
-			}
-			v.wg.Go(func() { v.forward(c) })
-		}
-	})
-	t.Cleanup(v.close)
-	return v
-}
-
-func (v *wafVIP) addr() string { return v.ln.Addr().String() }
-
-// set replaces the backends new connections go to.
-func (v *wafVIP) set(backends ...string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.backends = backends
-}
-
-// track adds c to the open connections, or reports false once closed.
-func (v *wafVIP) track(cs ...*net.TCPConn) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.closed {
-		return false
-	}
-	for _, c := range cs {
-		v.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (v *wafVIP) forward(client *net.TCPConn) {
-	defer client.Close()
-	v.mu.Lock()
-	if len(v.backends) == 0 {
-		v.mu.Unlock()
-		return
-	}
-	backend := v.backends[v.next%len(v.backends)]
-	v.next++
-	v.mu.Unlock()
-	nc, err := net.DialTimeout("tcp", backend, waitTimeout)
-	if err != nil {
-		v.mu.Lock()
-		v.dialErrors = append(v.dialErrors, err.Error())
-		v.mu.Unlock()
-		client.SetLinger(0) // a reset, as a DNAT to a gone pod
-		return
-	}
-	bc := nc.(*net.TCPConn)
-	defer bc.Close()
-	if !v.track(client, bc) {
-		return
-	}
-	defer func() {
-		v.mu.Lock()
-		delete(v.conns, client)
-		delete(v.conns, bc)
-		v.mu.Unlock()
-	}()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wafCopy(bc, client)
-	}()
-	wafCopy(client, bc)
-	<-done
-}
-
-// wafCopy copies src to dst; src's end of stream becomes dst's
-// half-close, an error a reset of dst.
-func wafCopy(dst, src *net.TCPConn) {
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.SetLinger(0)
-		dst.Close()
-		src.Close()
-		return
-	}
-	dst.CloseWrite()
-}
-
-func (v *wafVIP) close() {
-	v.mu.Lock()
-	v.closed = true
-	for c := range v.conns {
-		c.Close()
-	}
-	v.mu.Unlock()
-	v.ln.Close()
-	v.wg.Wait()
-}
-
 // awaitWarm waits until every replica has answered through nginx, failing
 // with nginx's error log if nginx exits or the wait takes waitTimeout.
 func (l *postLoad) awaitWarm(t *testing.T, ng *nginxProc) {
@@ -409,7 +286,7 @@ func TestDrainWAF(t *testing.T) {
 			t.Parallel()
 			a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
 			b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
-			v := newWAFVIP(t, a.addr("public"), b.addr("public"))
+			v := newVIP(t, a.addr("public"), b.addr("public"))
 			ng := startNginx(t, wafHTTPBlock(v.addr()))
 			load := startPostLoad(t, "http://"+ng.addr, 6, "A", "B")
 			load.awaitWarm(t, ng)
@@ -428,7 +305,7 @@ func TestDrainWAF(t *testing.T) {
 					time.Since(trigger).Round(time.Millisecond))
 				<-removeAt.C
 			}
-			v.set(b.addr("public"))
+			v.setBackends(b.addr("public"))
 			exitAt := recv(t, exited, "replica A to exit")
 			code := a.exit()
 			// Nothing may break after A's exit: keep the load a moment.
@@ -456,10 +333,7 @@ func TestDrainWAF(t *testing.T) {
 			if f := checkDrainEnd(t, a, "drained"); f != 0 {
 				t.Errorf("replica A forced_closes %v, want 0", f)
 			}
-			v.mu.Lock()
-			dialErrs := v.dialErrors
-			v.mu.Unlock()
-			if len(dialErrs) > 0 {
+			if dialErrs := v.dialErrors(); len(dialErrs) > 0 {
 				t.Errorf("the VIP could not reach a replica: %v", dialErrs)
 			}
 			if l := ng.logErrors(); len(l) > 0 {

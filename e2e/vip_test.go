@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,8 +20,11 @@ import (
 // round-robin among those listed when the connection arrived. A connection
 // stays pinned to its backend when the list changes (setBackends), as
 // conntrack keeps it. A half-close from either side is passed on as a
-// half-close, a close or reset as a close; a backend that refuses the
-// connection is passed on as a reset, as a DNAT to a gone pod would be.
+// half-close, a reset (or any other error of a side) as a reset, as a DNAT
+// passes them on; a backend that refuses the connection is passed on as a
+// reset, as a DNAT to a gone pod would be, and so is a connection arriving
+// while no backend is listed. Every scenario with a Service in front of
+// ebb replicas (clients, or nginx, in front of the VIP) uses it.
 //
 // ln is read-only after newVIP. wg counts the accept loop and each
 // connection's forwarding goroutine (which owns the goroutine of its second
@@ -138,6 +142,19 @@ func (v *vip) await(backend string, d time.Duration, cond func(vipBackendStat) b
 	}
 }
 
+// dialErrors returns the connections every backend refused, each as
+// "HH:MM:SS.mmm: error".
+func (v *vip) dialErrors() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var all []string
+	for _, s := range v.stats {
+		all = append(all, s.dialErrors...)
+	}
+	slices.Sort(all)
+	return all
+}
+
 // refusedNoRoute returns how many connections arrived while no backend was
 // listed.
 func (v *vip) refusedNoRoute() int {
@@ -238,10 +255,12 @@ func (v *vip) forward(client *net.TCPConn, backend string) {
 
 // vipPipe copies src to dst. The end of src's stream (a FIN) is passed on
 // as a half-close of dst; an error on either side (a reset, a peer gone)
-// closes both connections. It returns how many bytes it copied.
+// is passed on as a reset of dst, and src is closed. It returns how many
+// bytes it copied.
 func vipPipe(dst, src *net.TCPConn, p *vipPair) int64 {
 	n, err := io.Copy(dst, src)
 	if err != nil {
+		dst.SetLinger(0) // its close sends a reset
 		p.close()
 		return n
 	}

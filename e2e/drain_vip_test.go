@@ -71,7 +71,7 @@ func TestDrainVIPUpstreamCloses(t *testing.T) {
 }
 
 func runVIPMatrix(t *testing.T, originCloses bool) {
-	for _, kind := range vipClientKinds {
+	for _, kind := range clientKinds {
 		for _, removal := range vipRemovalDelays {
 			t.Run(fmt.Sprintf("%s/removal=%s", kind.name, removal), func(t *testing.T) {
 				t.Parallel()
@@ -81,8 +81,8 @@ func runVIPMatrix(t *testing.T, originCloses bool) {
 	}
 }
 
-func runVIPDrain(t *testing.T, kind vipClientKind, removal time.Duration, originCloses bool) {
-	origin := newOrigin(t, vipOrigin(originCloses))
+func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originCloses bool) {
+	origin := newOrigin(t, mixedOrigin(originCloses))
 	yaml := vipReplicaYAML(hostPort(origin))
 	a := startEbb(t, yaml)
 	b := startVIPReplicaB(t, yaml)
@@ -134,7 +134,7 @@ func runVIPDrain(t *testing.T, kind vipClientKind, removal time.Duration, origin
 	if ok == okAtExit {
 		t.Errorf("no request answered after replica A exited: replica B did not take the load")
 	}
-	if sc, isStrict := c.(*strictVIPClient); isStrict {
+	if sc, isStrict := c.(*strictClient); isStrict {
 		if _, unsolicited := sc.poolStats(); unsolicited != 0 {
 			t.Errorf("%d pooled connections received bytes nobody asked for", unsolicited)
 		}
@@ -228,7 +228,7 @@ func runVIPDrain(t *testing.T, kind vipClientKind, removal time.Duration, origin
 // after min_duration, not when the header timeout (10s) ends it.
 func TestDrainVIPSilentConnection(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, vipOrigin(false))
+	origin := newOrigin(t, mixedOrigin(false))
 	yaml := vipReplicaYAML(hostPort(origin))
 	a := startEbb(t, yaml)
 	b := startVIPReplicaB(t, yaml)

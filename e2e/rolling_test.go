@@ -257,7 +257,7 @@ func awaitEndpoint(t *testing.T, e *ebbProc, addr string, present bool) {
 // rollingBackend is an application replica: a net/http server on
 // 127.0.0.1:0 with HTTP/1.1 keep-alive (and h2c if asked) that answers
 // every GET with "get PATH\n" and every POST with "post PATH BODY\n", as
-// vipOrigin does, after a delay of 1 to 5ms so that requests are in flight
+// mixedOrigin does, after a delay of 1 to 5ms so that requests are in flight
 // at any moment. It stops gracefully (shutdown) or is killed (kill).
 //
 // name, addr, srv, ln, enough, entered and serveErr are set before the
@@ -455,20 +455,20 @@ func startRollingLoad(t *testing.T, addr string) *rollingLoad {
 	l := &rollingLoad{start: time.Now(), stopc: make(chan struct{}), sent: map[string]map[string]int{}}
 	end := l.start.Add(rollingLimit)
 	// Every kind's counters exist before the first worker records.
-	for _, kind := range vipClientKinds {
+	for _, kind := range clientKinds {
 		l.sent[kind.name] = map[string]int{}
 	}
-	var clients []vipClient
-	for k, kind := range vipClientKinds {
+	var clients []loadClient
+	for k, kind := range clientKinds {
 		c := kind.new(addr, rollingWorkers)
 		clients = append(clients, c)
 		for w := range rollingWorkers {
 			id := k*rollingWorkers + w // unique paths across kinds
 			l.wg.Go(func() {
 				for i := 0; l.running(end); i++ {
-					r := vipRequestFor(id, i, false)
+					r := mixedRequest(id, i, false)
 					start := time.Now()
-					err := c.do(w, r)
+					_, err := c.do(w, r)
 					l.record(kind.name, r, start, err)
 				}
 			})
@@ -492,7 +492,7 @@ func (l *rollingLoad) running(end time.Time) bool {
 	}
 }
 
-func (l *rollingLoad) record(kind string, r vipRequest, start time.Time, err error) {
+func (l *rollingLoad) record(kind string, r loadRequest, start time.Time, err error) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -553,7 +553,7 @@ func (l *rollingLoad) checkEveryKindSent(t *testing.T) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, kind := range vipClientKinds {
+	for _, kind := range clientKinds {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {
 			if l.sent[kind.name][method] == 0 {
 				t.Errorf("client %s sent no %s", kind.name, method)

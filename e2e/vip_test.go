@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -283,309 +280,6 @@ func (v *vip) close() {
 	v.wg.Wait()
 }
 
-// vipRequest is one request of the load, with the answer expected from
-// vipOrigin.
-type vipRequest struct {
-	method string
-	path   string
-	body   string // POST only
-	want   string // the response body expected
-	// last: the client sends Connection: close and leaves after this
-	// request.
-	last bool
-}
-
-// vipRequestFor returns request i of worker w: GET and POST alternate.
-func vipRequestFor(w, i int, last bool) vipRequest {
-	path := fmt.Sprintf("/vip/w%d/%d", w, i)
-	if i%2 == 0 {
-		return vipRequest{method: http.MethodGet, path: path, want: "get " + path + "\n", last: last}
-	}
-	body := fmt.Sprintf("payload of worker %d, request %d", w, i)
-	return vipRequest{method: http.MethodPost, path: path, body: body, want: "post " + path + " " + body + "\n", last: last}
-}
-
-// vipOrigin answers every GET with "get PATH\n" and every POST with
-// "post PATH BODY\n". With closeEach, every response says Connection: close
-// and the origin closes the connection after it.
-func vipOrigin(closeEach bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if closeEach {
-			w.Header().Set("Connection", "close")
-		}
-		switch r.Method {
-		case http.MethodGet:
-			io.WriteString(w, "get "+r.URL.Path+"\n")
-		case http.MethodPost:
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
-				http.Error(w, "origin: reading the body: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			io.WriteString(w, "post "+r.URL.Path+" "+string(body)+"\n")
-		default:
-			http.Error(w, "origin: unexpected method", http.StatusMethodNotAllowed)
-		}
-	})
-}
-
-// vipClient sends the requests of the load's workers. do sends one request
-// and checks the answer: any failure, a status other than 200 or a body
-// other than the expected one is an error. do is called concurrently, once
-// at a time per worker.
-type vipClient interface {
-	do(w int, r vipRequest) error
-	// close closes the client's idle connections.
-	close()
-}
-
-// vipClientKind names a client of the VIP scenarios and builds it for
-// workers workers sending to addr.
-type vipClientKind struct {
-	name string
-	new  func(addr string, workers int) vipClient
-}
-
-var vipClientKinds = []vipClientKind{
-	{name: "go-http1", new: newGoHTTP1VIPClient},
-	{name: "strict-http1", new: newStrictVIPClient},
-	{name: "go-http2", new: newGoHTTP2VIPClient},
-}
-
-// goVIPClient is Go's client, with its own pooling and retries as they
-// are. Each worker uses clients[w%len(clients)].
-type goVIPClient struct {
-	base     string
-	major    int // the protocol version every response must have
-	clients  []*http.Client
-	trs      []*http.Transport
-	stopOnce sync.Once
-}
-
-func newGoVIPClient(addr string, major, transports, idlePerHost int, p *http.Protocols) *goVIPClient {
-	g := &goVIPClient{base: "http://" + addr, major: major}
-	for range transports {
-		tr := &http.Transport{
-			Protocols:             p,
-			DisableCompression:    true,
-			MaxIdleConnsPerHost:   idlePerHost,
-			ResponseHeaderTimeout: waitTimeout,
-		}
-		g.trs = append(g.trs, tr)
-		g.clients = append(g.clients, &http.Client{Transport: tr, Timeout: waitTimeout})
-	}
-	return g
-}
-
-// newGoHTTP1VIPClient is Go's HTTP/1.1 client: one keep-alive pool shared
-// by the workers, large enough to keep a connection per worker.
-func newGoHTTP1VIPClient(addr string, workers int) vipClient {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	return newGoVIPClient(addr, 1, 1, workers, &p)
-}
-
-// newGoHTTP2VIPClient is Go's HTTP/2 client (h2c with prior knowledge),
-// one transport per worker: a transport multiplexes everything on one
-// connection, and one connection would reach one replica only.
-func newGoHTTP2VIPClient(addr string, workers int) vipClient {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return newGoVIPClient(addr, 2, workers, 2, &p)
-}
-
-func (g *goVIPClient) do(w int, r vipRequest) error {
-	var body io.Reader
-	if r.method == http.MethodPost {
-		body = strings.NewReader(r.body) // GetBody set: Go may replay it
-	}
-	req, err := http.NewRequest(r.method, g.base+r.path, body)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "text/plain")
-	}
-	req.Close = r.last // HTTP/2 too: the connection is not reused
-	resp, err := g.clients[w%len(g.clients)].Do(req)
-	if err != nil {
-		return err
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return fmt.Errorf("%s %s: reading the body: %w", r.method, r.path, err)
-	}
-	return checkVIPAnswer(r, resp.ProtoMajor, g.major, resp.StatusCode, string(got))
-}
-
-func (g *goVIPClient) close() {
-	for _, tr := range g.trs {
-		tr.CloseIdleConnections()
-	}
-}
-
-func checkVIPAnswer(r vipRequest, major, wantMajor, status int, got string) error {
-	if major != wantMajor {
-		return fmt.Errorf("%s %s: answered over HTTP/%d, want HTTP/%d", r.method, r.path, major, wantMajor)
-	}
-	if status != http.StatusOK || got != r.want {
-		return fmt.Errorf("%s %s: %d %q, want 200 %q", r.method, r.path, status, got, r.want)
-	}
-	return nil
-}
-
-// strictVIPClient is a strict HTTP/1.1 client: a small keep-alive pool of
-// its own over net.Conn and bufio, shared by the workers. It sends every
-// request exactly once and never retries. Before reusing a pooled
-// connection it checks, without blocking, whether the server has closed it
-// (a read with a deadline in the past: a timeout means alive, EOF means
-// closed) and drops it if so, as client pools do. It honours
-// Connection: close.
-//
-// addr is read-only; idle, closed and the counters are guarded by mu.
-type strictVIPClient struct {
-	addr    string
-	maxIdle int
-
-	mu          sync.Mutex
-	idle        []*strictVIPConn // LIFO
-	dropped     int              // pooled connections found closed
-	unsolicited int              // pooled connections with bytes nobody asked for
-}
-
-type strictVIPConn struct {
-	c  net.Conn
-	br *bufio.Reader
-}
-
-func newStrictVIPClient(addr string, workers int) vipClient {
-	return &strictVIPClient{addr: addr, maxIdle: workers}
-}
-
-// conn returns a pooled connection the server has not closed, or a new one.
-func (s *strictVIPClient) conn() (*strictVIPConn, error) {
-	for {
-		s.mu.Lock()
-		n := len(s.idle)
-		if n == 0 {
-			s.mu.Unlock()
-			c, err := net.DialTimeout("tcp", s.addr, waitTimeout)
-			if err != nil {
-				return nil, err
-			}
-			return &strictVIPConn{c: c, br: bufio.NewReader(c)}, nil
-		}
-		sc := s.idle[n-1]
-		s.idle = s.idle[:n-1]
-		s.mu.Unlock()
-		alive, unsolicited := sc.alive()
-		if alive {
-			return sc, nil
-		}
-		sc.c.Close()
-		s.mu.Lock()
-		s.dropped++
-		if unsolicited {
-			s.unsolicited++
-		}
-		s.mu.Unlock()
-	}
-}
-
-// alive peeks at the connection without blocking: a read timing out at
-// once means nothing has arrived, neither bytes nor the server's FIN.
-func (sc *strictVIPConn) alive() (ok, unsolicited bool) {
-	if sc.br.Buffered() > 0 {
-		return false, true
-	}
-	if err := sc.c.SetReadDeadline(time.Unix(1, 0)); err != nil {
-		return false, false
-	}
-	_, err := sc.br.Peek(1)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true, false
-	}
-	return false, err == nil
-}
-
-func (s *strictVIPClient) put(sc *strictVIPConn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.idle) >= s.maxIdle {
-		sc.c.Close()
-		return
-	}
-	s.idle = append(s.idle, sc)
-}
-
-func (s *strictVIPClient) do(w int, r vipRequest) error {
-	sc, err := s.conn()
-	if err != nil {
-		return fmt.Errorf("%s %s: dialling: %w", r.method, r.path, err)
-	}
-	resp, got, err := sc.exchange(r)
-	if err != nil {
-		sc.c.Close()
-		return fmt.Errorf("%s %s: %w", r.method, r.path, err)
-	}
-	if resp.Close || r.last {
-		sc.c.Close() // Connection: close: never reused
-	} else {
-		s.put(sc)
-	}
-	return checkVIPAnswer(r, resp.ProtoMajor, 1, resp.StatusCode, got)
-}
-
-// exchange writes r once and reads its response whole.
-func (sc *strictVIPConn) exchange(r vipRequest) (*http.Response, string, error) {
-	if err := sc.c.SetDeadline(time.Now().Add(waitTimeout)); err != nil {
-		return nil, "", err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: vip\r\n", r.method, r.path)
-	if r.method == http.MethodPost {
-		fmt.Fprintf(&b, "Content-Type: text/plain\r\nContent-Length: %d\r\n", len(r.body))
-	}
-	if r.last {
-		b.WriteString("Connection: close\r\n")
-	}
-	b.WriteString("\r\n")
-	b.WriteString(r.body)
-	if _, err := io.WriteString(sc.c, b.String()); err != nil {
-		return nil, "", fmt.Errorf("writing the request: %w", err)
-	}
-	resp, err := http.ReadResponse(sc.br, &http.Request{Method: r.method})
-	if err != nil {
-		return nil, "", fmt.Errorf("reading the response: %w", err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, "", fmt.Errorf("reading the body: %w", err)
-	}
-	return resp, string(got), nil
-}
-
-func (s *strictVIPClient) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, sc := range s.idle {
-		sc.c.Close()
-	}
-	s.idle = nil
-}
-
-// poolStats returns how many pooled connections the strict client dropped
-// because the server had closed them, and how many of those held bytes
-// nobody asked for.
-func (s *strictVIPClient) poolStats() (dropped, unsolicited int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.dropped, s.unsolicited
-}
-
 // vipLoad is the load of a VIP scenario: keep-alive workers sending
 // requests back to back through one long-lived client, and arrivals: new
 // clients, one after the other, each sending a few requests on its own new
@@ -596,7 +290,7 @@ func (s *strictVIPClient) poolStats() (dropped, unsolicited int) {
 // Everything but the counts is set before the workers start; the counts
 // are guarded by mu.
 type vipLoad struct {
-	kind  vipClientKind
+	kind  clientKind
 	addr  string
 	stopc chan struct{}
 	warm  chan struct{} // closed after warmN requests answered correctly
@@ -630,7 +324,7 @@ const (
 // kind, and the arrivals, towards addr, for at most limit. It returns the
 // long-lived client. The load is stopped, and the client closed, at
 // cleanup.
-func startVIPLoad(t *testing.T, kind vipClientKind, addr string, workers, warmN int, limit time.Duration) (*vipLoad, vipClient) {
+func startVIPLoad(t *testing.T, kind clientKind, addr string, workers, warmN int, limit time.Duration) (*vipLoad, loadClient) {
 	l := &vipLoad{kind: kind, addr: addr, stopc: make(chan struct{}), warm: make(chan struct{}),
 		end: time.Now().Add(limit), warmN: warmN}
 	c := kind.new(addr, workers)
@@ -658,9 +352,10 @@ func (l *vipLoad) running() bool {
 }
 
 // keepAlive is worker w of the long-lived client.
-func (l *vipLoad) keepAlive(c vipClient, w int) {
+func (l *vipLoad) keepAlive(c loadClient, w int) {
 	for i := 0; l.running(); i++ {
-		l.record(c.do(w, vipRequestFor(w, i, false)))
+		_, err := c.do(w, mixedRequest(w, i, false))
+		l.record(err)
 	}
 }
 
@@ -673,7 +368,8 @@ func (l *vipLoad) arrive(w int) {
 		l.arrivals++
 		l.mu.Unlock()
 		for j := 0; j < vipSessionRequests && l.running(); i, j = i+1, j+1 {
-			l.record(c.do(0, vipRequestFor(w, i, j == vipSessionRequests-1)))
+			_, err := c.do(0, mixedRequest(w, i, j == vipSessionRequests-1))
+			l.record(err)
 		}
 		c.close()
 	}

@@ -85,7 +85,8 @@ func runRollingRestart(t *testing.T, protocol string) {
 	}
 	load.stop()
 
-	byMethod, fails := load.results()
+	res := load.results()
+	byMethod, fails := res.byMethod, res.fails
 	t.Logf("%d requests (GET %d, POST %d) in %v; replacements served %d, %d, %d",
 		byMethod[http.MethodGet]+byMethod[http.MethodPost], byMethod[http.MethodGet], byMethod[http.MethodPost],
 		time.Since(load.start).Round(time.Millisecond),
@@ -137,8 +138,9 @@ func TestBackendKilled(t *testing.T) {
 	recv(t, afterKill, fmt.Sprintf("%d requests started after the kill to end", rollingAfterKill))
 	load.stop()
 
-	byMethod, fails := load.results()
-	var before, after []rollingFailure
+	res := load.results()
+	byMethod, fails := res.byMethod, res.fails
+	var before, after []loadFailure
 	failedBy := map[string]int{}
 	for _, f := range fails {
 		failedBy[f.method]++
@@ -167,7 +169,7 @@ func TestBackendKilled(t *testing.T) {
 			len(fails), at.conns)
 	}
 	if n := failedBy[http.MethodGet]; n > 0 {
-		var gets []rollingFailure
+		var gets []loadFailure
 		for _, f := range fails {
 			if f.method == http.MethodGet {
 				gets = append(gets, f)
@@ -421,161 +423,16 @@ func (b *rollingBackend) kill() killStats {
 	return st
 }
 
-// rollingLoad is keep-alive load through ebb: rollingWorkers workers for
-// each client kind of the VIP scenarios, each worker sending GET and POST
-// alternately, back to back, until stop.
-//
-// start and stopc are set before the workers start; the rest is guarded
-// by mu.
-type rollingLoad struct {
-	start time.Time
-	stopc chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
-
-	mu        sync.Mutex
-	sent      map[string]map[string]int // by client kind, by method
-	fails     []rollingFailure
-	since     time.Time     // watch: requests started at or after since
-	sinceN    int           // ... ended so far
-	sinceWant int           // ... closing sinceC
-	sinceC    chan struct{} // nil: no watch
-}
-
-// rollingFailure is one failed request.
-type rollingFailure struct {
-	kind, method, path string
-	start, end         time.Time
-	err                error
-}
-
-// startRollingLoad starts the load towards addr; it is stopped, and its
-// clients closed, at cleanup.
-func startRollingLoad(t *testing.T, addr string) *rollingLoad {
-	l := &rollingLoad{start: time.Now(), stopc: make(chan struct{}), sent: map[string]map[string]int{}}
-	end := l.start.Add(rollingLimit)
-	// Every kind's counters exist before the first worker records.
-	for _, kind := range clientKinds {
-		l.sent[kind.name] = map[string]int{}
-	}
-	var clients []loadClient
-	for k, kind := range clientKinds {
-		c := kind.new(addr, rollingWorkers)
-		clients = append(clients, c)
-		for w := range rollingWorkers {
-			id := k*rollingWorkers + w // unique paths across kinds
-			l.wg.Go(func() {
-				for i := 0; l.running(end); i++ {
-					r := mixedRequest(id, i, false)
-					start := time.Now()
-					_, err := c.do(w, r)
-					l.record(kind.name, r, start, err)
-				}
-			})
-		}
-	}
-	t.Cleanup(func() {
-		l.stop()
-		for _, c := range clients {
-			c.close()
-		}
-	})
-	return l
-}
-
-func (l *rollingLoad) running(end time.Time) bool {
-	select {
-	case <-l.stopc:
-		return false
-	default:
-		return time.Now().Before(end)
-	}
-}
-
-func (l *rollingLoad) record(kind string, r loadRequest, start time.Time, err error) {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sent[kind][r.method]++
-	if err != nil {
-		l.fails = append(l.fails, rollingFailure{kind: kind, method: r.method, path: r.path, start: start, end: now, err: err})
-	}
-	if l.sinceC != nil && !start.Before(l.since) {
-		l.sinceN++
-		if l.sinceN == l.sinceWant {
-			close(l.sinceC)
-		}
-	}
-}
-
-// watch returns a channel closed once n requests started at or after
-// since have ended, failed or not.
-func (l *rollingLoad) watch(since time.Time, n int) <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.since, l.sinceWant, l.sinceN, l.sinceC = since, n, 0, make(chan struct{})
-	return l.sinceC
-}
-
-// sinceCount returns how many requests started since the watch's time
-// have ended.
-func (l *rollingLoad) sinceCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sinceN
-}
-
-// stop stops the workers and waits for them. Safe to call more than once.
-func (l *rollingLoad) stop() {
-	l.once.Do(func() { close(l.stopc) })
-	l.wg.Wait()
-}
-
-// results returns the requests sent by method, and the failures in the
-// order they ended.
-func (l *rollingLoad) results() (map[string]int, []rollingFailure) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	byMethod := map[string]int{}
-	for _, m := range l.sent {
-		for method, n := range m {
-			byMethod[method] += n
-		}
-	}
-	fails := slices.Clone(l.fails)
-	slices.SortFunc(fails, func(a, b rollingFailure) int { return a.end.Compare(b.end) })
-	return byMethod, fails
-}
-
-// checkEveryKindSent fails the test if a client kind sent no GET or no
-// POST: the scenario would not have tested it.
-func (l *rollingLoad) checkEveryKindSent(t *testing.T) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, kind := range clientKinds {
-		for _, method := range []string{http.MethodGet, http.MethodPost} {
-			if l.sent[kind.name][method] == 0 {
-				t.Errorf("client %s sent no %s", kind.name, method)
-			}
-		}
-	}
-}
-
-// formatFailures formats the first n failures, with their start and end
-// relative to t0.
-func formatFailures(fails []rollingFailure, t0 time.Time, n int) string {
-	var b strings.Builder
-	for _, f := range fails[:min(n, len(fails))] {
-		fmt.Fprintf(&b, "  %s %s %s: started T%+v, ended T%+v: %v\n", f.kind, f.method, f.path,
-			f.start.Sub(t0).Round(time.Microsecond), f.end.Sub(t0).Round(time.Microsecond), f.err)
-	}
-	return b.String()
+// startRollingLoad starts the keep-alive load of the rolling scenarios
+// towards addr: rollingWorkers workers for each client kind, each worker
+// sending GET and POST alternately, back to back, until stopped.
+func startRollingLoad(t *testing.T, addr string) *load {
+	return startLoad(t, loadSpec{addr: addr, kinds: clientKinds, workers: rollingWorkers, request: mixedRequest, limit: rollingLimit})
 }
 
 // failureClasses counts the failures by what the client saw: ebb's own
 // answer, or a transport error.
-func failureClasses(fails []rollingFailure) string {
+func failureClasses(fails []loadFailure) string {
 	classes := map[string]int{}
 	for _, f := range fails {
 		msg := f.err.Error()

@@ -21,6 +21,13 @@ const (
 	// vipTail is how long the load goes on after the drained replica
 	// exited.
 	vipTail = 300 * time.Millisecond
+	// vipArrivals clients arrive at a time, one after the other, each
+	// sending vipSession requests on its own new connection and leaving
+	// (Connection: close on its last). Without arrivals the long-lived
+	// connections would all settle on the replica left and the draining
+	// one would have nothing to accept while the VIP still lists it.
+	vipArrivals = 2
+	vipSession  = 4
 )
 
 // vipRemovalDelays are the times after the trigger at which the drained
@@ -88,8 +95,11 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	b := startVIPReplicaB(t, yaml)
 	addrA, addrB := a.addr("public"), b.addr("public")
 	v := newVIP(t, addrA, addrB)
-	// The load's own bound: the whole drain, with room to spare.
-	load, c := startVIPLoad(t, kind, v.addr(), vipWorkers, 50*vipWorkers, vipTimeout+30*time.Second)
+	// The load: keep-alive workers sharing one long-lived client of kind,
+	// and the arrivals. Its own bound: the whole drain, with room to spare.
+	load := startLoad(t, loadSpec{addr: v.addr(), kinds: []clientKind{kind}, workers: vipWorkers,
+		arrivals: vipArrivals, session: vipSession, request: mixedRequest, warmOK: 50 * vipWorkers,
+		limit: vipTimeout + 30*time.Second})
 
 	recv(t, load.warm, "the load to warm up")
 	pinned := v.stat(addrA).open
@@ -123,10 +133,11 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	load.stop()
 
 	// The client's view: every request answered 200 with its body.
-	requests, ok, errs, arrivals := load.counts()
+	res := load.results()
+	requests, ok, errs := res.requests, res.ok, len(res.fails)
 	if errs != 0 {
 		t.Errorf("%d of %d requests failed (T = SIGTERM to replica A, removed from the VIP at T+%s, exited at T+%s); the first:\n%s",
-			errs, requests, removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond), load.firstErrors(trigger))
+			errs, requests, removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond), formatFailures(res.fails, trigger, 20))
 	}
 	if ok+errs != requests || ok == 0 {
 		t.Errorf("counts: %d requests, %d answered correctly, %d errors", requests, ok, errs)
@@ -134,7 +145,7 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	if ok == okAtExit {
 		t.Errorf("no request answered after replica A exited: replica B did not take the load")
 	}
-	if sc, isStrict := c.(*strictClient); isStrict {
+	if sc, isStrict := load.clients[0].(*strictClient); isStrict {
 		if _, unsolicited := sc.poolStats(); unsolicited != 0 {
 			t.Errorf("%d pooled connections received bytes nobody asked for", unsolicited)
 		}
@@ -215,7 +226,7 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 		silent = fmt.Sprintf(", %d silent conns (last ended T+%s)", sa.silent, sa.lastSilentEnd.Sub(trigger).Round(time.Millisecond))
 	}
 	t.Logf("requests %d (errors %d, %d clients arrived); A: %d conns pinned at T, %d routed during the drain%s, %v close signals, last ended T+%s, removed T+%s, exited T+%s (drain took %v), exit-lastEnd %s",
-		requests, errs, arrivals, pinned, sa.routedSince(trigger), silent, signals,
+		requests, errs, res.arrivals, pinned, sa.routedSince(trigger), silent, signals,
 		sa.lastEnd.Sub(trigger).Round(time.Millisecond), removedAt.Sub(trigger).Round(time.Millisecond),
 		exitAt.Sub(trigger).Round(time.Millisecond), took, exitAt.Sub(sa.lastEnd).Round(time.Millisecond))
 }

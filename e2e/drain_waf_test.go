@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,145 +60,26 @@ func wafHTTPBlock(servers ...string) func(listen string) string {
 	}
 }
 
-// postLoad sends POST requests with bodies from several workers, each over
-// its own keep-alive connection (Go's HTTP/1 client), until stopped, and
-// checks every response byte for byte.
-//
-// url and bodies are read-only; the rest after mu is guarded by it.
-type postLoad struct {
-	url      string
-	bodies   [][]byte
-	stopc    chan struct{}
-	wg       sync.WaitGroup
-	warm     chan struct{} // closed once each of the replicas answered 3 times
-	warmOnce sync.Once
-
-	mu     sync.Mutex
-	served map[string][]time.Time // by X-Replica: when each good response completed
-	nerr   int
-	errs   []string // the first 10
+// startWAFLoad sends POST requests with bodies through nginx at addr from
+// 6 workers, each over its own keep-alive connection (Go's HTTP/1 client),
+// until stopped; every answer must be the body sent, with the request's
+// X-Request-Id. It is warm once replicas A and B have each answered 3.
+func startWAFLoad(t *testing.T, addr string) *load {
+	bodies := []string{string(randBytes(11, 1<<10)), string(randBytes(12, 7<<10)), string(randBytes(13, 20<<10))}
+	post := func(w, i int, _ bool) loadRequest {
+		id := fmt.Sprintf("%d-%d", w, i)
+		body := bodies[(w+i)%len(bodies)]
+		return loadRequest{method: http.MethodPost, path: "/post/" + id, body: body,
+			contentType: "application/octet-stream", id: id, want: body}
+	}
+	return startLoad(t, loadSpec{addr: addr, kinds: []clientKind{goHTTP1PerWorker}, workers: 6, request: post,
+		warmReplicas: []string{"A", "B"}, limit: stopTimeout})
 }
 
-func startPostLoad(t *testing.T, url string, workers int, replicas ...string) *postLoad {
-	l := &postLoad{
-		url:    url,
-		bodies: [][]byte{randBytes(11, 1<<10), randBytes(12, 7<<10), randBytes(13, 20<<10)},
-		stopc:  make(chan struct{}),
-		warm:   make(chan struct{}),
-		served: map[string][]time.Time{},
-	}
-	end := time.Now().Add(stopTimeout)
-	for w := range workers {
-		tr := &http.Transport{MaxIdleConnsPerHost: 1, ResponseHeaderTimeout: waitTimeout, DisableCompression: true}
-		client := &http.Client{Transport: tr, Timeout: waitTimeout}
-		l.wg.Go(func() {
-			defer tr.CloseIdleConnections()
-			for i := 0; ; i++ {
-				select {
-				case <-l.stopc:
-					return
-				default:
-				}
-				if time.Now().After(end) {
-					l.fail(fmt.Sprintf("worker %d was not stopped within %s", w, stopTimeout))
-					return
-				}
-				replica, err := l.post(client, w, i)
-				if err != nil {
-					l.fail(fmt.Sprintf("%s worker %d request %d: %v", time.Now().Format("15:04:05.000"), w, i, err))
-					continue
-				}
-				l.mu.Lock()
-				l.served[replica] = append(l.served[replica], time.Now())
-				warm := true
-				for _, r := range replicas {
-					warm = warm && len(l.served[r]) >= 3
-				}
-				l.mu.Unlock()
-				if warm {
-					l.warmOnce.Do(func() { close(l.warm) })
-				}
-			}
-		})
-	}
-	t.Cleanup(l.stop)
-	return l
-}
-
-func (l *postLoad) post(c *http.Client, w, i int) (string, error) {
-	body := l.bodies[(w+i)%len(l.bodies)]
-	id := fmt.Sprintf("%d-%d", w, i)
-	req, err := http.NewRequest(http.MethodPost, l.url+"/post/"+id, bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("X-Request-Id", id)
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("status %d, reading the body: %w", resp.StatusCode, err)
-	}
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("status %d (X-Replica %q), body %q", resp.StatusCode, resp.Header.Get("X-Replica"), trunc(got))
-	}
-	if !bytes.Equal(got, body) {
-		return "", fmt.Errorf("body differs: %d bytes, want %d", len(got), len(body))
-	}
-	if g := resp.Header.Get("X-Request-Id"); g != id {
-		return "", fmt.Errorf("X-Request-Id %q, want %q", g, id)
-	}
-	return resp.Header.Get("X-Replica"), nil
-}
-
-func (l *postLoad) fail(msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.nerr++
-	if len(l.errs) < 10 {
-		l.errs = append(l.errs, msg)
-	}
-}
-
-// stop stops the workers and waits for them; safe to call twice.
-func (l *postLoad) stop() {
-	select {
-	case <-l.stopc:
-	default:
-		close(l.stopc)
-	}
-	l.wg.Wait()
-}
-
-// servedSince returns how many good responses replica gave after t.
-func (l *postLoad) servedSince(replica string, t time.Time) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, at := range l.served[replica] {
-		if at.After(t) {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *postLoad) total() (ok, errs int, first []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.served {
-		ok += len(s)
-	}
-	return ok, l.nerr, append([]string(nil), l.errs...)
-}
-
-// awaitWarm waits until every replica has answered through nginx, failing
-// with nginx's error log if nginx exits or the wait takes waitTimeout.
-func (l *postLoad) awaitWarm(t *testing.T, ng *nginxProc) {
+// awaitWAFWarm waits until every replica has answered through nginx,
+// failing with nginx's error log if nginx exits or the wait takes
+// waitTimeout.
+func awaitWAFWarm(t *testing.T, l *load, ng *nginxProc) {
 	t.Helper()
 	timeout, stop := after(waitTimeout)
 	defer stop()
@@ -209,9 +88,9 @@ func (l *postLoad) awaitWarm(t *testing.T, ng *nginxProc) {
 	case <-ng.done:
 		t.Fatalf("nginx exited (%v); its error log:\n%s", ng.err, ng.log())
 	case <-timeout:
-		_, nerr, errs := l.total()
+		res := l.results()
 		t.Fatalf("the replicas did not all answer through nginx within %s; %d errors, first:\n%s\nnginx error log:\n%s",
-			waitTimeout, nerr, strings.Join(errs, "\n"), ng.log())
+			waitTimeout, len(res.fails), formatFailures(res.fails, l.start, 10), ng.log())
 	}
 }
 
@@ -244,8 +123,8 @@ func TestDrainWAF(t *testing.T) {
 		a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
 		b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
 		ng := startNginx(t, wafHTTPBlock(a.addr("public"), b.addr("public")))
-		load := startPostLoad(t, "http://"+ng.addr, 6, "A", "B")
-		load.awaitWarm(t, ng)
+		load := startWAFLoad(t, ng.addr)
+		awaitWAFWarm(t, load, ng)
 
 		exited := exitedAt(a)
 		trigger := time.Now()
@@ -257,13 +136,14 @@ func TestDrainWAF(t *testing.T) {
 		exitAt := recv(t, exited, "replica A to exit")
 		code := a.exit()
 
-		ok, nerr, errs := load.total()
+		res := load.results()
+		ok, nerr := res.ok, len(res.fails)
 		duringSignal := load.servedSince("A", trigger.Add(scnDelay))
 		t.Logf("%d POSTs answered, %d errors; A answered %d after T+%s; A exited %s after the load stopped (T+%s)",
 			ok, nerr, duringSignal, scnDelay, exitAt.Sub(stopped).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond))
 		if nerr != 0 {
 			t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-				nerr, strings.Join(errs, "\n"), ng.log(), a.logs())
+				nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
 		}
 		if duringSignal == 0 {
 			t.Errorf("replica A answered no POST after T+%s: the scenario tested nothing", scnDelay)
@@ -288,8 +168,8 @@ func TestDrainWAF(t *testing.T) {
 			b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
 			v := newVIP(t, a.addr("public"), b.addr("public"))
 			ng := startNginx(t, wafHTTPBlock(v.addr()))
-			load := startPostLoad(t, "http://"+ng.addr, 6, "A", "B")
-			load.awaitWarm(t, ng)
+			load := startWAFLoad(t, ng.addr)
+			awaitWAFWarm(t, load, ng)
 
 			exited := exitedAt(a)
 			trigger := time.Now()
@@ -312,13 +192,14 @@ func TestDrainWAF(t *testing.T) {
 			holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
 			load.stop()
 
-			ok, nerr, errs := load.total()
+			res := load.results()
+			ok, nerr := res.ok, len(res.fails)
 			afterTrigger := load.servedSince("A", trigger)
 			t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
 				ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
 			if nerr != 0 {
 				t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-					nerr, strings.Join(errs, "\n"), ng.log(), a.logs())
+					nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
 			}
 			if afterTrigger == 0 {
 				t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")

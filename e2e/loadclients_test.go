@@ -88,6 +88,15 @@ var clientKinds = []clientKind{
 	{name: "go-http2", new: newGoHTTP2Client},
 }
 
+// goHTTP1PerWorker is Go's HTTP/1.1 client with a transport per worker,
+// each keeping its one connection: as many keep-alive connections as
+// workers, whatever the timing.
+var goHTTP1PerWorker = clientKind{name: "go-http1-per-worker", new: func(addr string, workers int) loadClient {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	return newGoClient(addr, 1, workers, 1, &p)
+}}
+
 // goClient is Go's client, with its own pooling and retries as they are.
 // Each worker uses clients[w%len(clients)].
 type goClient struct {

@@ -244,66 +244,27 @@ clusters:
 		recv(t, ctl.up, "the app to start")
 		releasePort()
 
-		var (
-			mu   sync.Mutex
-			ok   int
-			errs []string
-		)
-		warm := make(chan struct{}, 3)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range 3 {
-			c := newClient(t)
-			wg.Go(func() {
-				limit, stopLimit := after(stopTimeout)
-				defer stopLimit()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					case <-limit:
-						return
-					default:
-					}
-					var status int
-					var body []byte
-					resp, err := c.Get(e.url("public", "/"))
-					if err == nil {
-						status = resp.StatusCode
-						body, err = io.ReadAll(resp.Body)
-						resp.Body.Close()
-					}
-					mu.Lock()
-					if err != nil || status != 200 || string(body) != "app\n" {
-						errs = append(errs, fmt.Sprintf("%s worker %d: %d %q %v", time.Now().Format("15:04:05.000"), w, status, body, err))
-					} else {
-						ok++
-					}
-					mu.Unlock()
-					if i == 4 {
-						warm <- struct{}{}
-					}
-				}
-			})
-		}
-		for range 3 {
-			recv(t, warm, "the load to start")
-		}
+		// Keep-alive load: 3 workers, each over its own connection, every
+		// answer "app\n"; warm once each could have sent 5.
+		load := startLoad(t, loadSpec{addr: e.addr("public"), kinds: []clientKind{goHTTP1PerWorker}, workers: 3,
+			request: func(int, int, bool) loadRequest {
+				return loadRequest{method: http.MethodGet, path: "/", want: "app\n"}
+			},
+			warmOK: 15, limit: stopTimeout})
+		recv(t, load.warm, "the load to start")
 		exited := exitedAt(e)
 		trigger := time.Now()
 		e.signal(syscall.SIGTERM)
 		// Clients keep coming for the announce window, then move away.
 		holdUntil(t, trigger.Add(scnDelay), nil, "")
-		close(stop)
-		wg.Wait()
+		load.stop()
 		exitAt := recv(t, exited, "ebb to exit")
 		code := e.exit()
-		mu.Lock()
-		defer mu.Unlock()
-		t.Logf("%d requests answered; ebb exited at T+%s", ok, exitAt.Sub(trigger).Round(time.Millisecond))
-		if len(errs) > 0 {
+		res := load.results()
+		t.Logf("%d requests answered; ebb exited at T+%s", res.ok, exitAt.Sub(trigger).Round(time.Millisecond))
+		if len(res.fails) > 0 {
 			t.Errorf("%d requests failed in the announce window, want 0; first:\n%s\nebb's log:\n%s",
-				len(errs), strings.Join(errs[:min(len(errs), 8)], "\n"), e.logs())
+				len(res.fails), formatFailures(res.fails, trigger, 8), e.logs())
 		}
 		if code != 0 {
 			t.Errorf("exit status %d, want 0", code)

@@ -127,10 +127,9 @@ func TestDrainAppGone(t *testing.T) {
 		if status, body, _ := get(t, client, e.url("public", "/")); status != 200 || string(body) != "app\n" {
 			t.Fatalf("GET / through ebb: %d %q, want 200 \"app\\n\"", status, body)
 		}
-		held := getHeld(client, e.url("public", "/hold"))
+		held := getHeld(t, client, e.url("public", "/hold"), 0)
 		recv(t, ctl.arrived, "the request to reach the app")
 
-		exited := exitedAt(e)
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatalf("signalling the app (pid %d): %v", pid, err)
 		}
@@ -147,7 +146,7 @@ func TestDrainAppGone(t *testing.T) {
 		if r.err != nil || r.status != 200 || r.body != want {
 			t.Fatalf("held request: %d %q %v; want 200 %q", r.status, r.body, r.err, want)
 		}
-		checkAppGoneExit(t, e, exited, r.at)
+		checkAppGoneExit(t, e, r.at)
 	})
 
 	t.Run("pid_file", func(t *testing.T) {
@@ -210,10 +209,9 @@ clusters:
 		if status, body, _ := get(t, client, e.url("public", "/")); status != 200 || string(body) != "app\n" {
 			t.Fatalf("GET / through ebb: %d %q, want 200 \"app\\n\"", status, body)
 		}
-		held := getHeld(newClient(t), e.url("public", "/ext/slow"))
+		held := getHeld(t, newClient(t), e.url("public", "/ext/slow"), 0)
 		recv(t, extArrived, "the request to reach the other cluster")
 
-		exited := exitedAt(e)
 		if err := app.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +230,7 @@ clusters:
 		if r.err != nil || r.status != 200 || r.body != "ext finished\n" {
 			t.Fatalf("held request: %d %q %v; want 200 \"ext finished\\n\"", r.status, r.body, r.err)
 		}
-		checkAppGoneExit(t, e, exited, r.at)
+		checkAppGoneExit(t, e, r.at)
 	})
 
 	t.Run("child_ebb_signalled", func(t *testing.T) {
@@ -252,13 +250,12 @@ clusters:
 			},
 			warmOK: 15, limit: stopTimeout})
 		recv(t, load.warm, "the load to start")
-		exited := exitedAt(e)
 		trigger := time.Now()
 		e.signal(syscall.SIGTERM)
 		// Clients keep coming for the announce window, then move away.
 		holdUntil(t, trigger.Add(scnDelay), nil, "")
 		load.stop()
-		exitAt := recv(t, exited, "ebb to exit")
+		exitAt := awaitExit(t, e, "ebb to exit")
 		code := e.exit()
 		res := load.results()
 		t.Logf("%d requests answered; ebb exited at T+%s", res.ok, exitAt.Sub(trigger).Round(time.Millisecond))
@@ -275,14 +272,12 @@ clusters:
 	})
 }
 
-// checkAppGoneCause checks that the drain was started by the application's
-// exit.
 // checkAppGoneExit checks that ebb, its application gone, exited with
 // status 0 (reason app_gone, nothing forced) within 1 s after the request
 // in flight completed at the client (at done).
-func checkAppGoneExit(t *testing.T, e *ebbProc, exited <-chan time.Time, done time.Time) {
+func checkAppGoneExit(t *testing.T, e *ebbProc, done time.Time) {
 	t.Helper()
-	exitAt := recv(t, exited, "ebb to exit after the app")
+	exitAt := awaitExit(t, e, "ebb to exit after the app")
 	code := e.exit()
 	t.Logf("ebb exited %s after the held response completed", exitAt.Sub(done).Round(time.Millisecond))
 	if code != 0 {
@@ -297,6 +292,8 @@ func checkAppGoneExit(t *testing.T, e *ebbProc, exited <-chan time.Time, done ti
 	}
 }
 
+// checkAppGoneCause checks that the drain was started by the application's
+// exit.
 func checkAppGoneCause(t *testing.T, e *ebbProc) {
 	t.Helper()
 	recs := e.logRecords("drain started")

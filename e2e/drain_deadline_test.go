@@ -3,8 +3,8 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,20 +38,7 @@ func TestDrainDeadline(t *testing.T) {
 			}
 			tr := &http.Transport{Protocols: &p, DisableCompression: true}
 			t.Cleanup(tr.CloseIdleConnections)
-			ch := make(chan heldResult, 1)
-			go func() {
-				resp, err := (&http.Client{Transport: tr}).Get(e.url("public", "/never"))
-				if err != nil {
-					ch <- heldResult{err: err, at: time.Now()}
-					return
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err == nil && resp.ProtoMajor != major {
-					err = fmt.Errorf("answered over %s", resp.Proto)
-				}
-				ch <- heldResult{status: resp.StatusCode, body: string(b), err: err, at: time.Now()}
-			}()
+			ch := getHeld(t, &http.Client{Transport: tr}, e.url("public", "/never"), major)
 			recv(t, arrived, "the request to reach the origin")
 			return ch
 		}
@@ -62,7 +49,15 @@ func TestDrainDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
+		// The reader below ends at the latest when c is closed, or told
+		// to quit while it waits for the drain.
+		quit := make(chan struct{})
+		var reader sync.WaitGroup
+		t.Cleanup(func() {
+			close(quit)
+			c.Close()
+			reader.Wait()
+		})
 		recv(t, arrived, "the WebSocket to reach the origin")
 		c.SetReadDeadline(time.Now().Add(waitTimeout))
 		echo := func(msg string) error {
@@ -79,13 +74,15 @@ func TestDrainDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		ch := make(chan heldResult, 1)
-		go func() {
+		reader.Go(func() {
 			// One echo during the drain (an upgraded connection keeps
 			// working), then wait for the connection to end.
 			timeout, stop := after(waitTimeout)
 			defer stop()
 			select {
 			case <-triggered:
+			case <-quit:
+				return
 			case <-timeout:
 				ch <- heldResult{err: errors.New("the drain did not begin"), at: time.Now()}
 				return
@@ -96,7 +93,7 @@ func TestDrainDeadline(t *testing.T) {
 			}
 			_, msg, err := c.ReadMessage()
 			ch <- heldResult{body: string(msg), err: err, at: time.Now()}
-		}()
+		})
 		return ch
 	}
 	cases := []struct {
@@ -138,7 +135,6 @@ func TestDrainDeadline(t *testing.T) {
 			triggered := make(chan struct{})
 			held := tc.open(t, e, arrived, triggered)
 
-			exited := exitedAt(e)
 			trigger := time.Now()
 			e.signal(syscall.SIGTERM)
 			if status, body := pollReady(t, e); status != 503 {
@@ -146,7 +142,7 @@ func TestDrainDeadline(t *testing.T) {
 			}
 			close(triggered)
 			r := recv(t, held, "the held stream to end")
-			exitAt := recv(t, exited, "ebb to exit at the deadline")
+			exitAt := awaitExit(t, e, "ebb to exit at the deadline")
 			code := e.exit()
 			t.Logf("stream ended at T+%s (%v); ebb exited at T+%s", r.at.Sub(trigger).Round(time.Millisecond), r.err,
 				exitAt.Sub(trigger).Round(time.Millisecond))

@@ -184,12 +184,10 @@ clusters:
 		calls    int
 		callErrs []string
 	)
-	warm := make(chan struct{})
-	var warmed sync.WaitGroup
+	warm := make(chan struct{}, len(callers)) // a loop's fifth call is done
 	stopCalls := make(chan struct{})
 	var loops sync.WaitGroup
 	for _, c := range callers {
-		warmed.Add(1)
 		loops.Go(func() {
 			tick := time.NewTicker(2 * time.Millisecond)
 			defer tick.Stop()
@@ -205,14 +203,11 @@ clusters:
 				}
 				mu.Unlock()
 				if i == 4 {
-					warmed.Done()
+					warm <- struct{}{}
 				}
 				select {
 				case <-tick.C:
 				case <-stopCalls:
-					if i < 4 {
-						warmed.Done()
-					}
 					return
 				case <-limit:
 					mu.Lock()
@@ -223,19 +218,16 @@ clusters:
 			}
 		})
 	}
-	go func() {
-		warmed.Wait()
-		close(warm)
-	}()
 	var stopOnce sync.Once
 	stopCalling := func() {
 		stopOnce.Do(func() { close(stopCalls) })
 		loops.Wait()
 	}
 	t.Cleanup(stopCalling)
-	recv(t, warm, "the app's first calls out")
+	for range callers {
+		recv(t, warm, "the app's first calls out")
+	}
 
-	exited := exitedAt(e)
 	trigger := time.Now()
 	e.signal(syscall.SIGTERM)
 	if status, body := pollReady(t, e); status != 503 {
@@ -268,7 +260,7 @@ clusters:
 
 	// The app stops: one inbound request in flight, then the background
 	// calls end and the app closes its port.
-	held := getHeld(inboundClient, e.url("inbound", "/work"))
+	held := getHeld(t, inboundClient, e.url("inbound", "/work"), 0)
 	recv(t, arrived, "the inbound request to reach the app")
 	stopCalling()
 	var peerCloses []int32
@@ -285,7 +277,7 @@ clusters:
 	if r.err != nil || r.status != 200 || r.body != "work done" {
 		t.Errorf("inbound request in flight: %d %q %v; want 200 \"work done\"", r.status, r.body, r.err)
 	}
-	exitAt := recv(t, exited, "ebb to exit once the app is gone")
+	exitAt := awaitExit(t, e, "ebb to exit once the app is gone")
 	code := e.exit()
 
 	mu.Lock()

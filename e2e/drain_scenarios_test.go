@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,15 +38,13 @@ func scenarioDrain(timeout time.Duration, extra ...string) string {
 	return b.String()
 }
 
-// exitedAt returns a channel that receives the time ebb's process was seen
-// to exit.
-func exitedAt(e *ebbProc) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	go func() {
-		<-e.done
-		ch <- time.Now()
-	}()
-	return ch
+// awaitExit waits for ebb's process to exit, failing the test after
+// waitTimeout, and returns when the exit was seen (when Wait returned, not
+// when this call noticed it).
+func awaitExit(t *testing.T, e *ebbProc, what string) time.Time {
+	t.Helper()
+	recv(t, e.done, what)
+	return e.exitTime
 }
 
 // holdUntil waits until at (a timer, not a sleep); if done closes first,
@@ -61,20 +61,20 @@ func holdUntil(t *testing.T, at time.Time, done <-chan struct{}, msg string) {
 }
 
 // awaitLogLine waits for ebb to log a line whose msg is msg and returns the
-// first. ebbProc has no log subscription, so this polls the lines read so
-// far every 10ms, at most waitTimeout.
+// first, failing the test if ebb exits first or after waitTimeout.
 func awaitLogLine(t *testing.T, e *ebbProc, msg string) map[string]any {
 	t.Helper()
 	timeout, stop := after(waitTimeout)
 	defer stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
 	for {
+		e.mu.Lock()
+		logged := e.logged // taken before looking: no line can slip between
+		e.mu.Unlock()
 		if recs := e.logRecords(msg); len(recs) > 0 {
 			return recs[0]
 		}
 		select {
-		case <-tick.C:
+		case <-logged:
 		case <-e.done:
 			if recs := e.logRecords(msg); len(recs) > 0 {
 				return recs[0]
@@ -115,18 +115,35 @@ type heldResult struct {
 	at     time.Time // when the client had the whole response, or the error
 }
 
-// getHeld sends GET url with c in a goroutine and reports how it ended.
-func getHeld(c *http.Client, url string) <-chan heldResult {
+// getHeld sends GET url with c in a goroutine and reports how it ended;
+// major, unless 0, is the HTTP version the answer must have. The request
+// is cancelled, and the goroutine waited for, at cleanup.
+func getHeld(t *testing.T, c *http.Client, url string, major int) <-chan heldResult {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	ch := make(chan heldResult, 1)
-	go func() {
-		resp, err := c.Get(url)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		resp, err := c.Do(req)
 		if err != nil {
 			ch <- heldResult{err: err, at: time.Now()}
 			return
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err == nil && major != 0 && resp.ProtoMajor != major {
+			err = fmt.Errorf("answered over %s", resp.Proto)
+		}
 		ch <- heldResult{status: resp.StatusCode, body: string(b), err: err, at: time.Now()}
-	}()
+	})
 	return ch
 }

@@ -260,7 +260,10 @@ func TestDrainVIPSilentConnection(t *testing.T) {
 		silent.Close()
 		ended <- err
 	})
-	t.Cleanup(reader.Wait)
+	t.Cleanup(func() {
+		silent.Close() // ends the read if the test failed before
+		reader.Wait()
+	})
 
 	trigger := time.Now()
 	a.signal(syscall.SIGTERM)

@@ -126,14 +126,13 @@ func TestDrainWAF(t *testing.T) {
 		load := startWAFLoad(t, ng.addr)
 		awaitWAFWarm(t, load, ng)
 
-		exited := exitedAt(a)
 		trigger := time.Now()
 		a.signal(syscall.SIGTERM)
 		stopAt := trigger.Add(scnDelay + scnSpread + 700*time.Millisecond)
 		holdUntil(t, stopAt, a.done, "replica A exited while nginx was still sending it requests")
 		load.stop()
 		stopped := time.Now()
-		exitAt := recv(t, exited, "replica A to exit")
+		exitAt := awaitExit(t, a, "replica A to exit")
 		code := a.exit()
 
 		res := load.results()
@@ -171,7 +170,6 @@ func TestDrainWAF(t *testing.T) {
 			load := startWAFLoad(t, ng.addr)
 			awaitWAFWarm(t, load, ng)
 
-			exited := exitedAt(a)
 			trigger := time.Now()
 			a.signal(syscall.SIGTERM)
 			// A may exit before its removal: nginx's pool to the VIP ends
@@ -186,7 +184,7 @@ func TestDrainWAF(t *testing.T) {
 				<-removeAt.C
 			}
 			v.setBackends(b.addr("public"))
-			exitAt := recv(t, exited, "replica A to exit")
+			exitAt := awaitExit(t, a, "replica A to exit")
 			code := a.exit()
 			// Nothing may break after A's exit: keep the load a moment.
 			holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")

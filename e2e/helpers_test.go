@@ -88,9 +88,13 @@ type ebbProc struct {
 
 	mu    sync.Mutex
 	lines []string // stderr, one log line each
+	// logged is closed, and replaced, whenever a line is added to lines
+	// (see awaitLogLine).
+	logged chan struct{}
 
 	done     chan struct{} // closed once the process has exited and stderr is read
 	exitCode int           // set before done is closed
+	exitTime time.Time     // when the exit was seen; set before done is closed
 	stopped  bool          // stop has run
 }
 
@@ -139,7 +143,7 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e := &ebbProc{t: t, cmd: cmd, config: path, listeners: map[string]string{}, done: make(chan struct{})}
+	e := &ebbProc{t: t, cmd: cmd, config: path, listeners: map[string]string{}, logged: make(chan struct{}), done: make(chan struct{})}
 	started := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -151,6 +155,8 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 			_ = json.Unmarshal([]byte(line), &rec)
 			e.mu.Lock()
 			e.lines = append(e.lines, line)
+			close(e.logged)
+			e.logged = make(chan struct{})
 			switch rec["msg"] {
 			case "listening":
 				name, _ := rec["listener"].(string)
@@ -167,6 +173,7 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 		}
 		io.Copy(io.Discard, stderr)
 		err := cmd.Wait()
+		exitTime := time.Now()
 		code := 0
 		if err != nil {
 			var ee *exec.ExitError
@@ -178,6 +185,7 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 		}
 		e.mu.Lock()
 		e.exitCode = code
+		e.exitTime = exitTime
 		e.mu.Unlock()
 		close(e.done)
 	}()

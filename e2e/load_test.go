@@ -79,6 +79,10 @@ type loadFailure struct {
 // startLoad starts the load of spec; it is stopped, and its clients
 // closed, at cleanup.
 func startLoad(t *testing.T, spec loadSpec) *load {
+	t.Helper()
+	if spec.request == nil || spec.limit <= 0 || (spec.arrivals > 0 && spec.session < 1) {
+		t.Fatalf("startLoad: incomplete spec %+v", spec)
+	}
 	now := time.Now()
 	l := &load{spec: spec, start: now, end: now.Add(spec.limit), stopc: make(chan struct{}), warm: make(chan struct{}),
 		sent: map[string]map[string]int{}, served: map[string][]time.Time{}}
@@ -269,7 +273,11 @@ func (l *load) checkEveryKindSent(t *testing.T) {
 func formatFailures(fails []loadFailure, t0 time.Time, n int) string {
 	var b strings.Builder
 	for _, f := range fails[:min(n, len(fails))] {
-		fmt.Fprintf(&b, "  %s worker %d %s %s: started T%+v, ended T%+v: %v\n", f.kind, f.worker, f.method, f.path,
+		what := fmt.Sprintf("%s worker %d %s %s", f.kind, f.worker, f.method, f.path)
+		if f.method == "" {
+			what = "the load"
+		}
+		fmt.Fprintf(&b, "  %s: started T%+v, ended T%+v: %v\n", what,
 			f.start.Sub(t0).Round(time.Microsecond), f.end.Sub(t0).Round(time.Microsecond), f.err)
 	}
 	return b.String()

@@ -48,6 +48,7 @@ func TestMatrixExchanges(t *testing.T) {
 			body    []byte
 			unknown bool // sent without a length: chunked on HTTP/1
 		}{
+			{"post empty", []byte{}, false},
 			{"post small", []byte("ping"), false},
 			{"post 100KiB", mid, false},
 			{"post 100KiB unknown length", mid, true},
@@ -60,6 +61,13 @@ func TestMatrixExchanges(t *testing.T) {
 					req.ContentLength = -1
 					wantLength = "-1"
 				}
+				if len(tc.body) == 0 && m.UpH2() {
+					// An empty POST may reach an HTTP/2 origin as HEADERS
+					// and an empty DATA frame ending the stream, of unknown
+					// length (so that net/http cannot send it again by
+					// itself: see upstream.ResendOnce).
+					wantLength = ""
+				}
 				req.Header.Set("Content-Type", "application/x-test")
 				resp, body := e.Exchange(t, req)
 				if resp.StatusCode != 201 || !bytes.Equal(body, tc.body) {
@@ -68,11 +76,24 @@ func TestMatrixExchanges(t *testing.T) {
 				if ct := resp.Header.Get("Content-Type"); ct != "application/x-test" {
 					t.Errorf("Content-Type %q, want application/x-test", ct)
 				}
-				if got := resp.Header.Get("X-Request-Length"); got != wantLength {
+				if got := resp.Header.Get("X-Request-Length"); wantLength != "" && got != wantLength {
 					t.Errorf("the origin saw Content-Length %s, want %s", got, wantLength)
 				}
 			})
 		}
+		t.Run("status passes through", func(t *testing.T) {
+			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/teapot"), nil))
+			if resp.StatusCode != 418 || string(body) != "short and stout\n" {
+				t.Fatalf("status %d, body %q; want 418 \"short and stout\\n\"", resp.StatusCode, body)
+			}
+		})
+		t.Run("request URI kept as sent", func(t *testing.T) {
+			const uri = "/uri/a%2Fb/./c?x=1&y=%20two"
+			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL(uri), nil))
+			if resp.StatusCode != 200 || string(body) != uri {
+				t.Fatalf("status %d, the origin saw %q; want 200 and %q", resp.StatusCode, body, uri)
+			}
+		})
 		t.Run("204", func(t *testing.T) {
 			resp, body := e.Exchange(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/empty"), nil))
 			if resp.StatusCode != 204 || len(body) != 0 {
@@ -224,6 +245,9 @@ func TestMatrixStreaming(t *testing.T) {
 		})
 		mux.HandleFunc("POST /up", func(w http.ResponseWriter, r *http.Request) {
 			originErr <- func() error {
+				if !m.UpH2() && (r.ContentLength != -1 || len(r.TransferEncoding) != 1 || r.TransferEncoding[0] != "chunked") {
+					return fmt.Errorf("Content-Length %d, Transfer-Encoding %q; want a chunked request", r.ContentLength, r.TransferEncoding)
+				}
 				if duplex {
 					w.WriteHeader(http.StatusOK)
 					w.(http.Flusher).Flush()
@@ -262,6 +286,9 @@ func TestMatrixStreaming(t *testing.T) {
 		t.Run("response", func(t *testing.T) {
 			resp := e.Send(t, proxytest.NewRequest(t, ctx, "GET", e.URL("/down"), nil))
 			defer resp.Body.Close()
+			if !m.DownH2() && (resp.ContentLength != -1 || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") {
+				t.Fatalf("Content-Length %d, Transfer-Encoding %q; want a chunked response", resp.ContentLength, resp.TransferEncoding)
+			}
 			for i, p := range pieces {
 				b := make([]byte, len(p))
 				if _, err := io.ReadFull(resp.Body, b); err != nil {

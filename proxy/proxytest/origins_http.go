@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -15,8 +16,14 @@ import (
 //	POST /echo   201, the body, with the request's Content-Type and
 //	             X-Request-Length: the Content-Length the origin saw
 //	GET  /empty  204
+//	GET  /teapot 418 "short and stout\n"
+//	GET  /uri/…  200, the request URI exactly as received
 func ExchangeOrigin() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /teapot", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "short and stout\n")
+	})
 	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "13")
 		w.Header().Set("Content-Type", "text/plain")
@@ -36,7 +43,14 @@ func ExchangeOrigin() http.Handler {
 	mux.HandleFunc("GET /empty", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Before the mux, which would clean the path (and redirect).
+		if strings.HasPrefix(r.RequestURI, "/uri/") {
+			io.WriteString(w, r.RequestURI)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // BigSize is the size of the large bodies: twice the largest flow

@@ -318,14 +318,15 @@ func endpointState(c discoveryv1.EndpointConditions) (state EndpointState, ok bo
 
 // sliceScheme knows the EndpointSlice types and nothing else: client-go's
 // generated clients register every API group, which would more than double
-// the size of the ebb binary.
-var sliceScheme = func() *runtime.Scheme {
+// the size of the ebb binary. It is built on first use: a process without
+// a kubernetes source does not pay for it.
+var sliceScheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := discoveryv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
-}()
+})
 
 // sliceClient lists and watches the EndpointSlices of one namespace, as
 // client-go's generated client does, over JSON.
@@ -339,7 +340,7 @@ func newSliceClient(cfg *rest.Config, namespace string) (sliceClient, error) {
 	c.UserAgent = "ebb"
 	c.APIPath = "/apis"
 	c.GroupVersion = &discoveryv1.SchemeGroupVersion
-	c.NegotiatedSerializer = serializer.NewCodecFactory(sliceScheme).WithoutConversion()
+	c.NegotiatedSerializer = serializer.NewCodecFactory(sliceScheme()).WithoutConversion()
 	rc, err := rest.RESTClientFor(&c)
 	return sliceClient{rest: rc, namespace: namespace}, err
 }

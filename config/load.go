@@ -25,7 +25,8 @@ const EnvPrefix = "EBB_"
 // Options are the sources layered over the file, in order.
 type Options struct {
 	// Environ is the environment, as os.Environ returns it. Only variables
-	// starting with EnvPrefix are read.
+	// starting with EnvPrefix and naming a top-level key are read (see
+	// splitEnviron); the other EBB_ ones end up in Config.Ignored.
 	Environ []string
 	// Sets are key=value overrides from the command line (-set), applied last.
 	Sets []string
@@ -43,9 +44,10 @@ func Load(path string, opts Options) (*Config, error) {
 	sources := map[string]string{}
 	var problems []Problem
 
+	environ, ignored := splitEnviron(opts.Environ)
 	envProvider := env.Provider("", env.Opt{
 		Prefix:      EnvPrefix,
-		EnvironFunc: func() []string { return opts.Environ },
+		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(k, v string) (string, any) {
 			key := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, EnvPrefix), "__", "."))
 			sources[displayKey(key)] = "environment " + k
@@ -76,6 +78,7 @@ func Load(path string, opts Options) (*Config, error) {
 
 	cfg := Default()
 	cfg.Source = path
+	cfg.Ignored = ignored
 	d := decoder{source: func(key string) string {
 		// The nearest key set by the environment or a flag, if any:
 		// EBB_CLUSTERS__0__DISCOVERY__STATIC sets static[0] too.

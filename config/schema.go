@@ -22,6 +22,10 @@ type Config struct {
 	// Source names where the configuration came from (the file path), for
 	// messages. It is not a key of the file.
 	Source string `key:"-"`
+	// Ignored lists the EBB_ environment variables that are not
+	// configuration keys and were left alone (Kubernetes service links
+	// are not listed), for a warning: one may be a misspelt key.
+	Ignored []Problem `key:"-"`
 }
 
 // Admin is the admin HTTP server (/live, /ready, /metrics, /config).

@@ -23,16 +23,26 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ebb check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if _, err := loadConfig(cf); err != nil {
+	cfg, err := loadConfig(cf)
+	if err != nil {
 		printConfigError(stderr, err)
 		return exitConfig
 	}
+	printIgnored(stderr, cfg)
 	fmt.Fprintf(stdout, "%s: ok\n", cf.path)
 	return exitOK
 }
 
 func loadConfig(cf configFlags) (*config.Config, error) {
 	return config.Load(cf.path, config.Options{Environ: os.Environ(), Sets: cf.sets})
+}
+
+// printIgnored warns of the EBB_ environment variables that are not
+// configuration keys (one may be a misspelt key), one a line.
+func printIgnored(w io.Writer, cfg *config.Config) {
+	for _, p := range cfg.Ignored {
+		fmt.Fprintln(w, "ebb: config: warning:", p.String())
+	}
 }
 
 // printConfigError prints a configuration error, one problem a line.

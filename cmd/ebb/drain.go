@@ -58,6 +58,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 			printConfigError(stderr, err)
 			return exitConfig
 		}
+		printIgnored(stderr, cfg)
 		*addr = cfg.Admin.Address
 	} else if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
 		fmt.Fprintf(stderr, "ebb drain: -admin: expected host:port, got %q\n", *addr)

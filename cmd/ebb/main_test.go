@@ -50,3 +50,26 @@ func TestCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckEnvironment runs ebb check as a user would in a pod of a
+// namespace with a Service named ebb: the service-link variables do not
+// stop it and are not mentioned; a misspelt variable is listed as a
+// warning, with the name meant, and the check still passes.
+func TestCheckEnvironment(t *testing.T) {
+	t.Setenv("EBB_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("EBB_SERVICE_PORT", "80")
+	t.Setenv("EBB_PORT", "tcp://10.0.0.1:80")
+	t.Setenv("EBB_PORT_80_TCP_ADDR", "10.0.0.1")
+	t.Setenv("EBB_DRAIN_TIMEOUT", "40s")
+	var out, errOut strings.Builder
+	if code := run([]string{"check", "-config", "../../examples/ebb.yaml"}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d, want %d (stderr: %s)", code, exitOK, errOut.String())
+	}
+	if !strings.Contains(out.String(), "examples/ebb.yaml: ok") {
+		t.Errorf("stdout %q, want the file reported ok", out.String())
+	}
+	want := "ebb: config: warning: environment EBB_DRAIN_TIMEOUT: not a configuration key (the top-level keys are admin, listeners, clusters, drain, telemetry); ignored; did you mean EBB_DRAIN__TIMEOUT? Levels are separated by two underscores\n"
+	if errOut.String() != want {
+		t.Errorf("stderr:\n%s\nwant exactly:\n%s", errOut.String(), want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +41,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return exitConfig
 	}
 	log := tel.Logger
+	for _, p := range cfg.Ignored {
+		log.Warn("environment variable ignored", "variable", strings.TrimPrefix(p.Source, "environment "), "why", p.Msg)
+	}
 
 	// Signals are caught before anything listens, so that none is lost.
 	sigs := make(chan os.Signal, 4)

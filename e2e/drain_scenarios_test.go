@@ -64,24 +64,31 @@ func holdUntil(t *testing.T, at time.Time, done <-chan struct{}, msg string) {
 // first, failing the test if ebb exits first or after waitTimeout.
 func awaitLogLine(t *testing.T, e *ebbProc, msg string) map[string]any {
 	t.Helper()
+	return awaitLogLines(t, e, msg, 1)[0]
+}
+
+// awaitLogLines waits until ebb has logged msg n times and returns those
+// records.
+func awaitLogLines(t *testing.T, e *ebbProc, msg string, n int) []map[string]any {
+	t.Helper()
 	timeout, stop := after(waitTimeout)
 	defer stop()
 	for {
 		e.mu.Lock()
 		logged := e.logged // taken before looking: no line can slip between
 		e.mu.Unlock()
-		if recs := e.logRecords(msg); len(recs) > 0 {
-			return recs[0]
+		if recs := e.logRecords(msg); len(recs) >= n {
+			return recs
 		}
 		select {
 		case <-logged:
 		case <-e.done:
-			if recs := e.logRecords(msg); len(recs) > 0 {
-				return recs[0]
+			if recs := e.logRecords(msg); len(recs) >= n {
+				return recs
 			}
-			t.Fatalf("ebb exited (status %d) without logging %q; its log:\n%s", e.exitCode, msg, e.logs())
+			t.Fatalf("ebb exited (status %d) having logged %q %d times, not %d; its log:\n%s", e.exitCode, msg, len(e.logRecords(msg)), n, e.logs())
 		case <-timeout:
-			t.Fatalf("ebb did not log %q within %s; its log:\n%s", msg, waitTimeout, e.logs())
+			t.Fatalf("ebb did not log %q %d times within %s; its log:\n%s", msg, n, waitTimeout, e.logs())
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +50,13 @@ func cmdRun(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, signalsOf(cfg.Drain.Signals)...)
 	defer signal.Stop(sigs)
+	// SIGHUP, the reflex of nginx and HAProxy operators, asks for a
+	// reload: it never ends ebb unless drain.signals lists it.
+	hups := make(chan os.Signal, 1)
+	if !slices.Contains(cfg.Drain.Signals, "SIGHUP") {
+		signal.Notify(hups, syscall.SIGHUP)
+		defer signal.Stop(hups)
+	}
 
 	s, err := startServing(cfg, tel)
 	if err != nil {
@@ -65,7 +73,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 			return exitConfig
 		}
 	}
-	res := s.run(cfg, sigs, child)
+	res := s.run(cfg, sigs, hups, child)
 
 	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.adm.Shutdown(shutCtx)
@@ -128,11 +136,11 @@ func startServing(cfg *config.Config, tel *telemetry.Telemetry) (*serving, error
 // signal watcher, the child watcher, the application watcher and
 // discovery. They end once the drain has: discovery keeps running through
 // it, since requests in flight still need endpoints.
-func (s *serving) run(cfg *config.Config, sigs <-chan os.Signal, child *child) drain.Result {
+func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *child) drain.Result {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { s.px.RunDiscovery(watchCtx) })
-	wg.Go(func() { s.watchSignals(watchCtx, sigs, child) })
+	wg.Go(func() { s.watchSignals(watchCtx, sigs, hups, child) })
 	if child != nil {
 		wg.Go(func() {
 			select {
@@ -163,11 +171,14 @@ func (s *serving) run(cfg *config.Config, sigs <-chan os.Signal, child *child) d
 // second one into a forced stop, until ctx ends. Signals are counted here,
 // not inferred from the drain's state: a drain started by the
 // application's exit or the admin API does not make the first signal a
-// second one.
-func (s *serving) watchSignals(ctx context.Context, sigs <-chan os.Signal, child *child) {
+// second one. A SIGHUP on hups (when drain.signals does not list it) is
+// logged and changes nothing: live reload is not in this version.
+func (s *serving) watchSignals(ctx context.Context, sigs, hups <-chan os.Signal, child *child) {
 	signals := 0
 	for {
 		select {
+		case <-hups:
+			s.log.Warn("SIGHUP: configuration reload is not available in this version; ebb keeps running on its current configuration (restart it to apply a new one)")
 		case sig := <-sigs:
 			signals++
 			name := signalName(sig)

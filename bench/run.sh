@@ -31,10 +31,14 @@
 #   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
 #                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
 #                 (h1 only); the grpc part measures direct and, if listed, ebb
+#   BASE=REF      also measure ebb as built from the git commit REF (proxy
+#                 "base", h1 and h2c parts), interleaved with today's ebb:
+#                 the way to see what a change costs or buys
 #   PROFILE=0     1: after the h2c rounds, profile ebb (CPU, allocations)
 #                 under one more h2load run; saved next to the report
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
 #   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
+#   BASE_PORT=18090 BASE_ADMIN_PORT=18091
 #   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
 #   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
 set -euo pipefail
@@ -51,6 +55,9 @@ PROXIES=${PROXIES:-"ebb nginx haproxy fasthttp"}
 PROFILE=${PROFILE:-0}
 ORIGIN_PORT=${ORIGIN_PORT:-18000}
 EBB_PORT=${EBB_PORT:-18080}
+BASE_PORT=${BASE_PORT:-18090}
+BASE_ADMIN_PORT=${BASE_ADMIN_PORT:-18091}
+BASE=${BASE:-}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
 FASTHTTP_PORT=${FASTHTTP_PORT:-18083}
@@ -102,8 +109,9 @@ done
 for c in $GRPC_CONCURRENCY; do
 	[[ $c =~ ^[0-9]+$ && $c -gt 0 ]] || die "GRPC_CONCURRENCY must be positive integers"
 done
+if [[ -n $BASE ]] && ! has_proxy base; then PROXIES+=" base"; fi
 for p in $PROXIES; do
-	case $p in ebb | nginx | haproxy | fasthttp) ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
+	case $p in ebb | nginx | haproxy | fasthttp) ;; base) [[ -n $BASE ]] || die "proxy 'base' needs BASE (a git commit)" ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
 done
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -216,16 +224,24 @@ fi
 if has_proxy fasthttp; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/fasthttp-bare" ./bench/fasthttp-bare) || die "go build ./bench/fasthttp-bare failed"
 fi
+if has_proxy base; then
+	BASE_COMMIT=$(git -C "$REPO_DIR" rev-parse --verify --short=12 "$BASE^{commit}" 2>/dev/null) ||
+		die "BASE: $BASE is not a commit of $REPO_DIR"
+	log "building ebb from $BASE ($BASE_COMMIT) as proxy base"
+	mkdir -p "$WORK/base-src"
+	git -C "$REPO_DIR" archive "$BASE_COMMIT" | tar -x -C "$WORK/base-src" || die "git archive $BASE_COMMIT failed"
+	(cd "$WORK/base-src" && go build -o "$WORK/bin/ebb-base" ./cmd/ebb) || die "go build ./cmd/ebb at $BASE_COMMIT failed"
+fi
 if has_part grpc; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/grpc-bench" ./bench/grpc-bench) || die "go build ./bench/grpc-bench failed"
 fi
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
-declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT)
+declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT [base]=$BASE_PORT)
 # ebb serves HTTP/1.1 and h2c (prior knowledge) on one port; nginx and
 # HAProxy get a second, HTTP/2-only, port.
-declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT)
+declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT)
 
 USED_PORTS=("$ORIGIN_PORT")
@@ -234,6 +250,7 @@ for p in $PROXIES; do
 	if has_part h2c && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
 done
 has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
+has_proxy base && USED_PORTS+=("$BASE_ADMIN_PORT")
 has_part grpc && USED_PORTS+=("$GRPC_PORT")
 has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
 for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
@@ -309,9 +326,9 @@ check_grpc() {
 # Proxies, all on CPU 0, all with keep-alive to the origin, no logging.
 # ---------------------------------------------------------------------------
 
-declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log)
+declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log [base]=$WORK/base/ebb.log)
 
-mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp"
+mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base"
 
 # One listener serves HTTP/1.1 and h2c (sniffed); the cluster speaks
 # HTTP/1.1 to the origin (protocol: http1, the default).
@@ -329,6 +346,10 @@ clusters:
 telemetry:
   log: { level: warn }
 EOF
+
+# The base build: the same configuration on its own ports.
+sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$BASE_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$BASE_PORT/" \
+	"$WORK/ebb/ebb.yaml" >"$WORK/base/ebb.yaml"
 
 # The grpc part: the same, in front of the gRPC server over h2c.
 cat >"$WORK/ebb/ebb-grpc.yaml" <<EOF
@@ -445,6 +466,10 @@ start_proxy() {
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
+		;;
+	base)
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$WORK/base/ebb.yaml" \
+			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
 	nginx)
 		taskset -c "$PROXY_CPU" nginx -p "$WORK/nginx" -e "${LOGF[nginx]}" \
@@ -827,9 +852,9 @@ fmt_rss() {
 # headline VARIANT: ebb's ratios against nginx and HAProxy (and fasthttp-bare).
 headline() {
 	local v=$1 o name
-	for o in nginx haproxy fasthttp; do
+	for o in nginx haproxy fasthttp base; do
 		has_target "$v" "$o" || continue
-		case $o in nginx) name=nginx ;; haproxy) name=HAProxy ;; fasthttp) name=fasthttp-bare ;; esac
+		case $o in nginx) name=nginx ;; haproxy) name=HAProxy ;; fasthttp) name=fasthttp-bare ;; base) name="base ($BASE_COMMIT)" ;; esac
 		# µs CPU/req: above 1, ebb costs more.
 		echo "ebb/$name: $(ratio "$(col "$v" ebb rps)" "$(col "$v" "$o" rps)") in req/s, $(ratio "$(col "$v" ebb cpu_us_per_req)" "$(col "$v" "$o" cpu_us_per_req)") in µs CPU/req  "
 	done
@@ -844,6 +869,7 @@ has_part grpc && LOADGENS+=", the gRPC client"
 	echo "# ebb benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo
 	echo "- ebb $EBB_COMMIT$EBB_DIRTY, $(go version | awk '{ print $3 }')"
+	has_proxy base && echo "- base: ebb built from $BASE ($BASE_COMMIT)"
 	# (wrk -v exits 1.)
 	tools="$(nginx -v 2>&1 | sed 's/^nginx version: //'), wrk $({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')"
 	has_proxy haproxy && tools+=", HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }')"

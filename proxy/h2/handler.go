@@ -168,6 +168,12 @@ func (c *call) prepareHTTP(hop headers.Hop) {
 	// The engine fills in the request's trailers when its body ends, in
 	// r.Trailer itself: the transport must read that map, not a copy.
 	out.Trailer = r.Trailer
+	if c.body == nil {
+		// The engine's Body is never nil, even for a request without one:
+		// net/http would take it for one of unknown length and send it
+		// (HEADERS, then an empty DATA frame ending the stream).
+		out.Body = nil
+	}
 	headers.StdRequest(out.Header, hop)
 	c.out = out
 }

@@ -15,7 +15,7 @@ import (
 //	GET  /hello  200 "hello, world\n" with Content-Length (HEAD: no body)
 //	POST /echo   201, the body, with the request's Content-Type and
 //	             X-Request-Length: the Content-Length the origin saw
-//	GET  /empty  204
+//	GET  /empty  204, with X-Request-Length as for POST /echo
 //	GET  /teapot 418 "short and stout\n"
 //	GET  /uri/…  200, the request URI exactly as received
 func ExchangeOrigin() http.Handler {
@@ -41,6 +41,7 @@ func ExchangeOrigin() http.Handler {
 		w.Write(body)
 	})
 	mux.HandleFunc("GET /empty", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

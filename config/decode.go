@@ -175,17 +175,7 @@ func (d *decoder) decodeStruct(key string, raw any, out reflect.Value) {
 		d.fail(key, "expected a mapping of keys, got %s", describe(raw))
 		return
 	}
-	t := out.Type()
-	known := make([]string, 0, t.NumField())
-	byKey := make(map[string]int, t.NumField())
-	for i := range t.NumField() {
-		k := t.Field(i).Tag.Get("key")
-		if k == "" || k == "-" {
-			continue
-		}
-		known = append(known, k)
-		byKey[k] = i
-	}
+	known, byKey := keyFields(out.Type())
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -238,6 +228,22 @@ func (d *decoder) decodeSlice(key string, raw any, out reflect.Value) {
 		d.decode(key+"["+strconv.Itoa(i)+"]", item, elem)
 	}
 	out.Set(s)
+}
+
+// keyFields returns the keys of struct type t, in field order, and the
+// field index of each.
+func keyFields(t reflect.Type) (known []string, byKey map[string]int) {
+	known = make([]string, 0, t.NumField())
+	byKey = make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		k := t.Field(i).Tag.Get("key")
+		if k == "" || k == "-" {
+			continue
+		}
+		known = append(known, k)
+		byKey[k] = i
+	}
+	return known, byKey
 }
 
 func join(prefix, k string) string {

@@ -23,16 +23,7 @@ import (
 var serviceLink = regexp.MustCompile(`^(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$`)
 
 // topKeys are the configuration's top-level keys, from the schema.
-var topKeys = func() []string {
-	var keys []string
-	t := reflect.TypeFor[Config]()
-	for i := range t.NumField() {
-		if k := t.Field(i).Tag.Get("key"); k != "" && k != "-" {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}()
+var topKeys, _ = keyFields(reflect.TypeFor[Config]())
 
 // splitEnviron separates the EBB_ variables that override keys from those
 // that are not ebb's, and describes each of the latter that is not a

@@ -26,14 +26,9 @@ const h2specVersion = "v2.2.1+incompatible"
 // stays true.
 var h2specAllowed = map[string]map[string]string{
 	"h2c": {
-		"http2/3.5/2":     h2specSniffed,
-		"http2/8.1.2.2/1": h2specConnHeaders,
-		"http2/8.1.2.2/2": h2specConnHeaders,
+		"http2/3.5/2": h2specSniffed,
 	},
-	"tls": {
-		"http2/8.1.2.2/1": h2specConnHeaders,
-		"http2/8.1.2.2/2": h2specConnHeaders,
-	},
+	"tls": {},
 }
 
 // Why ebb fails the cases in h2specAllowed.
@@ -45,12 +40,6 @@ const (
 	// HTTP/2): ebb answers it as HTTP/1.1, a 400, then closes. Over TLS,
 	// where ALPN chose h2, the case passes.
 	h2specSniffed = "a port serving HTTP/1.1 and h2c reads a non-preface as HTTP/1.1"
-	// A request with a connection-specific field (Connection, TE other than
-	// "trailers") is malformed (RFC 9113 §8.2.2). x/net answers it with a
-	// 400 that ends the stream, before ebb's handler, so it never reaches
-	// an origin; RFC 9113 §8.1.1 lets a server send a response before
-	// closing the stream, but h2spec wants RST_STREAM or GOAWAY.
-	h2specConnHeaders = "x/net answers a request with connection-specific fields with a 400, not RST_STREAM"
 )
 
 // h2specOrigin answers 200 with a short body to every request, after

@@ -45,13 +45,13 @@ var allowed = map[string][]string{
 	"golang.org/x/net/http2": {"proxy/h2", "proxy/proxytest"},
 }
 
-// serverSide are net/http's server-side names: only the HTTP/2 engine,
-// the admin server, telemetry's metrics handler and test fixtures, the
-// example origin and the benchmark helpers serve HTTP with net/http.
+// serverSide are net/http's server-side names: only the admin server,
+// telemetry's metrics handler and test fixtures, the example origin and
+// the benchmark helpers serve HTTP with net/http; no engine does.
 var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
 	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
 
-var serverSideAllowed = []string{"proxy/h2", "admin", "telemetry", "proxy/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
+var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
 
 type listedPackage struct {
 	ImportPath string

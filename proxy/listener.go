@@ -33,6 +33,37 @@ type listener struct {
 	tls   *tls.Config
 
 	conns sync.WaitGroup // serveConn goroutines
+
+	h2mu    sync.Mutex
+	h2conns map[*h2.Conn]struct{} // the HTTP/2 connections being served
+}
+
+// trackH2 adds (or, with on false, removes) an HTTP/2 connection.
+func (l *listener) trackH2(c *h2.Conn, on bool) {
+	l.h2mu.Lock()
+	defer l.h2mu.Unlock()
+	if !on {
+		delete(l.h2conns, c)
+		return
+	}
+	if l.h2conns == nil {
+		l.h2conns = make(map[*h2.Conn]struct{})
+	}
+	l.h2conns[c] = struct{}{}
+}
+
+// terminateH2 ends every HTTP/2 connection as cleanly as an end at once
+// can be (the final GOAWAY, RST_STREAM(CANCEL) per open stream), and
+// returns them.
+func (l *listener) terminateH2() []*h2.Conn {
+	l.h2mu.Lock()
+	defer l.h2mu.Unlock()
+	out := make([]*h2.Conn, 0, len(l.h2conns))
+	for c := range l.h2conns {
+		c.Terminate()
+		out = append(out, c)
+	}
+	return out
 }
 
 func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
@@ -40,7 +71,7 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 	l.fwd = &forward.Listener{Config: cfg, Index: idx, Snapshot: &p.snap, Registry: p.reg, Log: p.log, Access: p.access}
 	l.h1 = h1.New(l.fwd)
 	l.h2 = &h2.Server{
-		Handler:        h2.Handler(l.fwd),
+		Handler:        h2.Forwarder(l.fwd),
 		IdleTimeout:    cfg.Timeouts.Idle,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		StateChanged: func(c net.Conn, active bool) {

@@ -31,6 +31,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/h2"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
 )
@@ -154,12 +155,34 @@ func (p *Proxy) StopAccepting() {
 }
 
 // Close stops everything now: sockets, engines and every connection.
+// terminateWait bounds how long Close waits for HTTP/2 connections to
+// write their last frames.
+const terminateWait = 500 * time.Millisecond
+
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	for _, l := range p.listeners {
 		l.close()
+	}
+	// HTTP/2 clients are told (the final GOAWAY, a RST_STREAM(CANCEL) per
+	// stream) before their connections close, within terminateWait.
+	var ending []*h2.Conn
+	for _, l := range p.listeners {
+		ending = append(ending, l.terminateH2()...)
+	}
+	if len(ending) > 0 {
+		t := time.NewTimer(terminateWait)
+	wait:
+		for _, c := range ending {
+			select {
+			case <-c.Done():
+			case <-t.C:
+				break wait
+			}
+		}
+		t.Stop()
 	}
 	p.reg.CloseAll()
 	p.wg.Wait()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
@@ -36,7 +37,10 @@ func (l *listener) serveConn(c *drain.Conn) {
 			c.Close()
 			return
 		}
-		isH2 = match
+		// A preface whose first line is HTTP/2's and the rest is not is
+		// a broken HTTP/2 preface (the engine answers GOAWAY), not an
+		// HTTP/1.1 request.
+		isH2 = match || bytes.HasPrefix(c.Peeked(), []byte(h2.PrefacePrefix))
 	}
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
 		c.Close()
@@ -48,7 +52,15 @@ func (l *listener) serveConn(c *drain.Conn) {
 		return
 	}
 	c.SetProtocol(drain.ProtoHTTP2)
+	var served *h2.Conn
+	defer func() {
+		if served != nil {
+			l.trackH2(served, false)
+		}
+	}()
 	l.h2.Serve(h2.WithConn(context.Background(), c), nc, func(hc *h2.Conn) {
+		served = hc
+		l.trackH2(hc, true)
 		// The drain's close signal, at this connection's moment (at once
 		// for a connection accepted during the drain, right after the
 		// engine's SETTINGS): the two-phase GOAWAY.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func endOf(id uint32) func(http2.Frame) bool {
 
 // testServer serves HTTP/2 on a loopback port and hands each served
 // connection to the test.
-func testServer(t *testing.T, h http.Handler) (addr string, conns chan *Conn, accepted *atomic.Int32) {
+func testServer(t *testing.T, h Handler) (addr string, conns chan *Conn, accepted *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -141,15 +142,14 @@ func testServer(t *testing.T, h http.Handler) (addr string, conns chan *Conn, ac
 // connection: the first GOAWAY (2^31-1) and a PING, a stream opened after
 // it still served, the final GOAWAY with the real last stream id once the
 // PING is acknowledged, the stream in flight finished, then the close.
-// Another connection of the same server is untouched. It would catch an
-// upgrade of Go or x/net breaking per-connection graceful shutdown.
+// Another connection of the same server is untouched.
 func TestGracefulShutdownOneConn(t *testing.T) {
 	release := make(chan struct{})
-	addr, conns, accepted := testServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
+	addr, conns, accepted := testServer(t, HandlerFunc(func(st *Stream) {
+		if string(st.Path()) == "/slow" {
 			<-release
 		}
-		io.WriteString(w, "ok")
+		reply(st, "ok")
 	}))
 
 	other := &http.Client{Transport: h2cTransport()}
@@ -210,7 +210,7 @@ func TestGracefulShutdownOneConn(t *testing.T) {
 // TestGoAwayGraceWithoutPingAck shows that a client that never answers the
 // PING still gets the final GOAWAY once the grace has passed.
 func TestGoAwayGraceWithoutPingAck(t *testing.T) {
-	addr, conns, _ := testServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	addr, conns, _ := testServer(t, okHandler())
 	rc := dialRaw(t, addr)
 	cn := <-conns
 	rc.get(1, "/")
@@ -224,106 +224,50 @@ func TestGoAwayGraceWithoutPingAck(t *testing.T) {
 }
 
 // TestGoAwayBeforeSettings shows that a GoAway asked for before the engine
-// wrote anything comes right after the server's SETTINGS, never before.
+// read anything comes right after the server's preface, never before.
 func TestGoAwayBeforeSettings(t *testing.T) {
-	var out bytes.Buffer
-	s := newSeam(&recordConn{w: &out})
-	if err := s.inject(goAwayFrames([8]byte{1})); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	var settings bytes.Buffer
-	_ = http2.NewFramer(&settings, nil).WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
-	if _, err := s.Write(settings.Bytes()); err != nil {
+	defer ln.Close()
+	s := &Server{Handler: okHandler()}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.Serve(context.Background(), c, func(cn *Conn) { cn.GoAway(time.Minute) })
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close() // writes everything gathered
-	fr := http2.NewFramer(nil, &out)
-	for i, want := range []http2.FrameType{http2.FrameSettings, http2.FrameGoAway, http2.FramePing} {
+	fr := http2.NewFramer(c, c)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i, want := range []http2.FrameType{http2.FrameSettings, http2.FrameWindowUpdate, http2.FrameGoAway, http2.FramePing} {
 		f, err := fr.ReadFrame()
 		if err != nil || f.Header().Type != want {
 			t.Fatalf("frame %d: %v, %v; want %v", i, f, err, want)
 		}
 	}
+	c.Close()
+	<-served
 }
 
-// TestSeamInjectsAtFrameBoundaries writes frames to the seam in pieces cut
-// at every offset, injecting frames at each point, and checks that what
-// reaches the connection is a clean sequence of whole frames.
-func TestSeamInjectsAtFrameBoundaries(t *testing.T) {
-	var stream bytes.Buffer
-	fr := http2.NewFramer(&stream, nil)
-	_ = fr.WriteSettings()
-	_ = fr.WriteData(1, false, bytes.Repeat([]byte("a"), 100))
-	_ = fr.WriteWindowUpdate(0, 1000)
-	_ = fr.WriteData(1, true, nil)
-	_ = fr.WriteData(3, true, bytes.Repeat([]byte("b"), 40))
-	engine := stream.Bytes()
-	const engineFrames = 5
-
-	for cut := 1; cut < len(engine); cut++ {
-		var out bytes.Buffer
-		s := newSeam(&recordConn{w: &out})
-		// Write the engine's bytes in two pieces with an injection
-		// asked for between them.
-		if _, err := s.Write(engine[:cut]); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.inject(goAwayFrames([8]byte{byte(cut)})); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Write(engine[cut:]); err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
-		r := http2.NewFramer(nil, &out)
-		var n, goaways, pings int
-		for {
-			f, err := r.ReadFrame()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("cut %d: frame %d: %v", cut, n, err)
-			}
-			n++
-			switch f.(type) {
-			case *http2.GoAwayFrame:
-				goaways++
-			case *http2.PingFrame:
-				pings++
-			}
-		}
-		if n != engineFrames+2 || goaways != 1 || pings != 1 {
-			t.Fatalf("cut %d: %d frames (%d GOAWAY, %d PING), want %d with one of each", cut, n, goaways, pings, engineFrames+2)
-		}
+// reply answers st with 200 and body.
+func reply(st *Stream, body string) {
+	if err := st.WriteHeader(http.StatusOK, false); err != nil {
+		return
+	}
+	if _, err := io.WriteString(st, body); err == nil {
+		_ = st.End()
 	}
 }
 
-// TestSeamSeesPingAck feeds the seam's read side a PING ACK split across
-// reads, after the client preface and other frames.
-func TestSeamSeesPingAck(t *testing.T) {
-	var in bytes.Buffer
-	in.WriteString(http2.ClientPreface)
-	fr := http2.NewFramer(&in, nil)
-	_ = fr.WriteSettings()
-	_ = fr.WritePing(true, [8]byte{9, 9, 9, 9, 9, 9, 9, 9}) // someone else's
-	_ = fr.WriteData(1, false, []byte("hello"))
-	_ = fr.WritePing(true, [8]byte{1, 2, 3, 4, 5, 6, 7, 8})
-	s := newSeam(&recordConn{r: &in})
-	defer s.Close()
-	s.pingData = [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
-	buf := make([]byte, 3)
-	for {
-		if _, err := s.Read(buf); err != nil {
-			break
-		}
-	}
-	select {
-	case <-s.pingAck:
-	default:
-		t.Fatal("the PING ACK was not noticed")
-	}
-}
+func okHandler() Handler { return HandlerFunc(func(st *Stream) { reply(st, "ok") }) }
 
 func isGoAway(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }
 
@@ -345,25 +289,12 @@ func get(t *testing.T, c *http.Client, url string) {
 	}
 }
 
-// recordConn is a net.Conn over buffers, for the seam's byte accounting.
-type recordConn struct {
-	net.Conn
-	r io.Reader
-	w io.Writer
-}
-
-func (c *recordConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *recordConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-func (c *recordConn) Close() error                { return nil }
-
 // TestRepeatedSettingAccepted sends a SETTINGS frame that repeats
 // INITIAL_WINDOW_SIZE, which RFC 9113 allows (the last value wins) and
 // x/net alone would hang up on: the server acknowledges it, and the last
 // value is the one in force.
 func TestRepeatedSettingAccepted(t *testing.T) {
-	addr, _, _ := testServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write(bytes.Repeat([]byte("x"), 100))
-	}))
+	addr, _, _ := testServer(t, HandlerFunc(func(st *Stream) { reply(st, strings.Repeat("x", 100)) }))
 	rc := dialRaw(t, addr)
 	if err := rc.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100},
@@ -380,4 +311,45 @@ func TestRepeatedSettingAccepted(t *testing.T) {
 	if len(d.Data()) != 10 {
 		t.Fatalf("first DATA frame of %d bytes, want 10 (the last INITIAL_WINDOW_SIZE)", len(d.Data()))
 	}
+}
+
+// TestTerminate shows the end at the drain's deadline: the final GOAWAY,
+// a RST_STREAM(CANCEL) for the stream still open, then the close; the
+// handler's context ends.
+func TestTerminate(t *testing.T) {
+	cancelled := make(chan struct{})
+	addr, conns, _ := testServer(t, HandlerFunc(func(st *Stream) {
+		<-st.Context().Done()
+		close(cancelled)
+	}))
+	rc := dialRaw(t, addr)
+	cn := <-conns
+	rc.get(1, "/slow")
+	rc.get(3, "/slow")
+	// Both streams are open once the server has seen them: a PING's ACK
+	// comes after them.
+	if err := rc.fr.WritePing(false, [8]byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	rc.until("PING ACK", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	cn.Terminate()
+	ga := rc.until("GOAWAY", isGoAway).(*http2.GoAwayFrame)
+	if ga.LastStreamID != 3 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("GOAWAY last stream %d, code %v; want 3, NO_ERROR", ga.LastStreamID, ga.ErrCode)
+	}
+	resets := map[uint32]http2.ErrCode{}
+	for len(resets) < 2 {
+		f := rc.read()
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			resets[r.StreamID] = r.ErrCode
+		}
+	}
+	if resets[1] != http2.ErrCodeCancel || resets[3] != http2.ErrCodeCancel {
+		t.Fatalf("RST_STREAM codes %v, want CANCEL for streams 1 and 3", resets)
+	}
+	if _, err := rc.fr.ReadFrame(); err != io.EOF {
+		t.Fatalf("after the resets: %v, want EOF", err)
+	}
+	<-cancelled
+	<-cn.Done()
 }

@@ -1,15 +1,17 @@
 package h2
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
@@ -19,32 +21,33 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
-// connKey is the context key under which an HTTP/2 connection's requests
+// connKey is the context key under which an HTTP/2 connection's streams
 // find its *drain.Conn (see Serve's ctx).
 type connKey struct{}
 
-// WithConn returns a base context for the requests of the connection c.
+// WithConn returns a base context for the streams of the connection c.
 func WithConn(ctx context.Context, c *drain.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// Handler returns the handler serving each HTTP/2 stream of l's
-// connections through the forwarding skeleton. The engine runs it on a
-// goroutine of its own per stream. r.Context() ends when the client
-// resets the stream or the connection is gone, never at a graceful
-// shutdown, so it is the right context for the upstream request.
-func Handler(l *forward.Listener) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, _ := r.Context().Value(connKey{}).(*drain.Conn)
-		c := &call{l: l, w: w, r: r, conn: conn}
-		path, _, _ := strings.Cut(r.RequestURI, "?")
-		rt, _ := forward.Serve(l, c, drain.ProtoHTTP2, r.Host, path, time.Now())
+// Forwarder returns the handler serving each HTTP/2 stream of l's
+// connections through the forwarding skeleton. The stream's context ends
+// when the client resets it or the connection is gone, never at a
+// graceful shutdown, so it is the right context for the upstream request.
+func Forwarder(l *forward.Listener) Handler {
+	return HandlerFunc(func(st *Stream) {
+		conn, _ := st.Context().Value(connKey{}).(*drain.Conn)
+		c := &call{l: l, st: st, conn: conn}
+		path := st.Path()
+		if i := bytes.IndexByte(path, '?'); i >= 0 {
+			path = path[:i]
+		}
+		rt, _ := forward.Serve(l, c, drain.ProtoHTTP2, st.Authority(), path, time.Now())
 		if c.relayErr != nil {
 			// The client is gone, or the upstream failed mid-body: the
-			// stream must end in a reset, not look complete. The engine
-			// resets it, quietly, on this panic.
+			// stream must end in a reset, not look complete.
 			l.Log.Debug("response body not relayed whole", "listener", l.Config.Name, "cluster", rt.Cluster.Name(), "err", c.relayErr)
-			panic(http.ErrAbortHandler)
+			st.Reset(http2.ErrCodeInternal)
 		}
 	})
 }
@@ -54,16 +57,16 @@ func Handler(l *forward.Listener) http.Handler {
 // stream's goroutine.
 type call struct {
 	l    *forward.Listener
-	w    http.ResponseWriter
-	r    *http.Request
+	st   *Stream
 	conn *drain.Conn
 	body *upstream.Body
 	// Towards an HTTP/1 upstream, the request and response in fasthttp's
 	// form (released by Finish); towards others, the request for
-	// net/http's Transport.
-	req  *fasthttp.Request
-	resp *fasthttp.Response
-	out  *http.Request
+	// net/http's Transport and the trailer map its body's end fills in.
+	req     *fasthttp.Request
+	resp    *fasthttp.Response
+	out     *http.Request
+	trailer http.Header
 	// relayErr is why the response body was not relayed whole, if it
 	// was not.
 	relayErr error
@@ -71,7 +74,7 @@ type call struct {
 
 // Refuse turns away CONNECT.
 func (c *call) Refuse() (int, string) {
-	if c.r.Method == http.MethodConnect {
+	if string(c.st.Method()) == http.MethodConnect {
 		return http.StatusMethodNotAllowed, forward.MsgConnect
 	}
 	return 0, ""
@@ -81,30 +84,31 @@ func (c *call) Refuse() (int, string) {
 // retries.buffer_body allows), builds the upstream request in the form
 // the cluster's transport takes, and applies the header rules.
 func (c *call) Prepare(rt *route.Route) (int, string) {
-	r := c.r
+	st := c.st
 	limit := int64(c.l.Config.Limits.MaxBodyBytes)
-	if limit > 0 && r.ContentLength > limit {
+	size := st.ContentLength()
+	if limit > 0 && size > limit {
 		return http.StatusRequestEntityTooLarge, forward.MsgBodyTooLarge
 	}
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		c.body = upstream.AcquireBody(r.Body, nil, limit, r.ContentLength, 0)
+	announced := st.Fields().Get("trailer") != nil
+	if st.HasBody() && size != 0 {
+		c.body = upstream.AcquireBody(st.Body(), nil, limit, size, 0)
 		// With trailers announced, the body streams: they come after it.
-		if len(r.Trailer) == 0 && c.body.Bufferable(rt.Cluster.Config().Retries.BufferBody) {
+		if !announced && c.body.Bufferable(rt.Cluster.Config().Retries.BufferBody) {
 			if err := c.body.Fill(); err != nil {
-				return c.l.Failure(r.Context(), rt, nil, c.body, err)
+				return c.l.Failure(st.Context(), rt, nil, c.body, err)
 			}
 		}
 	}
-	hop := headers.Hop{Host: []byte(r.Host), TLS: r.TLS != nil, Trust: c.l.Config.Headers.TrustForwarded,
+	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), Trust: c.l.Config.Headers.TrustForwarded,
 		TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
 		hop.ClientIP = c.conn.ClientIP
 	}
 	if rt.Cluster.NetHTTP() {
-		c.prepareHTTP(hop)
-	} else {
-		c.prepareH1(hop)
+		return c.prepareHTTP(hop, announced)
 	}
+	c.prepareH1(hop, announced)
 	return 0, ""
 }
 
@@ -114,68 +118,137 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // prepareH1 builds the request for an HTTP/1 upstream, which goes
-// through the same transport HTTP/1 requests use.
-func (c *call) prepareH1(hop headers.Hop) {
-	r, body := c.r, c.body
+// through the same transport HTTP/1 requests use, straight from the
+// decoded fields.
+func (c *call) prepareH1(hop headers.Hop, announced bool) {
+	st, body := c.st, c.body
 	req := fasthttp.AcquireRequest()
 	c.req, c.resp = req, fasthttp.AcquireResponse()
 	h := &req.Header
-	h.SetMethod(r.Method)
-	h.SetRequestURI(r.RequestURI)
-	h.SetHost(r.Host)
+	h.SetMethodBytes(st.Method())
+	h.SetRequestURIBytes(st.Path())
+	h.SetHostBytes(st.Authority())
 	req.UseHostHeader = true
-	for k, vv := range r.Header {
-		switch k {
-		case "Content-Length", "Transfer-Encoding", "Host":
+	scratch := scratchPool.Get().(*[]byte)
+	cookie := (*scratch)[:0]
+	fields := st.Fields()
+	for i := range fields.Len() {
+		name, value := fields.At(i)
+		switch string(name) {
+		case "content-length", "host":
 			continue // framing is the transport's; Host is set above
+		case "cookie":
+			// HTTP/2 may split cookies into fields; HTTP/1.1 wants one
+			// line (RFC 9113 §8.2.3).
+			if len(cookie) > 0 {
+				cookie = append(cookie, "; "...)
+			}
+			cookie = append(cookie, value...)
+			continue
+		case "trailer":
+			_ = h.AddTrailerBytes(value) // names HTTP/1.1 forbids are dropped
+			continue
 		}
-		for _, v := range vv {
-			h.Add(k, v)
-		}
+		h.AddBytesKV(name, value)
+	}
+	if len(cookie) > 0 {
+		h.SetBytesKV([]byte("Cookie"), cookie)
 	}
 	switch {
 	case body != nil && body.Buffered() != nil:
 		req.SetBodyRaw(body.Buffered()) // the transport can send it again
 	case body != nil:
-		req.SetBodyStream(body, int(r.ContentLength))
+		req.SetBodyStream(body, int(st.ContentLength()))
 	}
-	scratch := scratchPool.Get().(*[]byte)
-	*scratch = headers.FastRequest(h, hop, *scratch)
+	*scratch = headers.FastRequest(h, hop, cookie[:0])
 	scratchPool.Put(scratch)
-	if body != nil && len(r.Trailer) > 0 {
-		// Announced trailers follow the body: the engine fills in
-		// r.Trailer when the body ends, and fasthttp writes them after
-		// the last chunk.
-		for k := range r.Trailer {
-			_ = req.Header.AddTrailer(k) // names HTTP/1.1 forbids are dropped
-		}
+	if body != nil && announced {
+		// Announced trailers follow the body: they have arrived when it
+		// ends, and fasthttp writes them after the last chunk.
 		body.OnEOF = func() {
-			for k, vv := range r.Trailer {
-				for _, v := range vv {
-					req.Header.Add(k, v)
-				}
+			t := st.Trailers()
+			for i := range t.Len() {
+				name, value := t.At(i)
+				req.Header.AddBytesKV(name, value)
 			}
 		}
 	}
 }
 
 // prepareHTTP builds the request for an h2c, h2 or auto upstream.
-func (c *call) prepareHTTP(hop headers.Hop) {
-	r := c.r
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.Host = r.Host
-	// The engine fills in the request's trailers when its body ends, in
-	// r.Trailer itself: the transport must read that map, not a copy.
-	out.Trailer = r.Trailer
-	if c.body == nil {
-		// The engine's Body is never nil, even for a request without one:
-		// net/http would take it for one of unknown length and send it
-		// (HEADERS, then an empty DATA frame ending the stream).
-		out.Body = nil
+func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
+	st := c.st
+	u, err := url.ParseRequestURI(string(st.Path()))
+	if err != nil {
+		return http.StatusBadRequest, "ebb: invalid request path\n"
+	}
+	h := make(http.Header, st.Fields().Len())
+	var cookies []string
+	fields := st.Fields()
+	for i := range fields.Len() {
+		name, value := fields.At(i)
+		switch string(name) {
+		case "cookie":
+			cookies = append(cookies, string(value))
+			continue
+		case "trailer":
+			if c.trailer == nil {
+				c.trailer = make(http.Header)
+			}
+			for _, k := range bytes.Split(value, []byte(",")) {
+				if k = bytes.TrimSpace(k); len(k) > 0 {
+					c.trailer[http.CanonicalHeaderKey(string(k))] = nil
+				}
+			}
+		}
+		k := http.CanonicalHeaderKey(string(name))
+		h[k] = append(h[k], string(value))
+	}
+	if len(cookies) > 0 {
+		h["Cookie"] = []string{joinCookies(cookies)}
+	}
+	out := &http.Request{
+		Method: string(st.Method()), URL: u, Host: string(st.Authority()),
+		Proto: "HTTP/2.0", ProtoMajor: 2, Header: h,
+	}
+	out = out.WithContext(st.Context())
+	if c.body != nil {
+		out.ContentLength = st.ContentLength()
+		if out.ContentLength < 0 {
+			out.ContentLength = -1
+		}
+	}
+	if c.body != nil && announced && c.trailer != nil {
+		// The transport reads the trailers from this map when the body
+		// has ended; the body's end fills it in.
+		out.Trailer = c.trailer
+		c.body.OnEOF = func() {
+			t := st.Trailers()
+			for i := range t.Len() {
+				name, value := t.At(i)
+				k := http.CanonicalHeaderKey(string(name))
+				c.trailer[k] = append(c.trailer[k], string(value))
+			}
+		}
 	}
 	headers.StdRequest(out.Header, hop)
 	c.out = out
+	return 0, ""
+}
+
+func joinCookies(c []string) string {
+	n := 0
+	for _, s := range c {
+		n += len(s) + 2
+	}
+	b := make([]byte, 0, n)
+	for i, s := range c {
+		if i > 0 {
+			b = append(b, "; "...)
+		}
+		b = append(b, s...)
+	}
+	return string(b)
 }
 
 // Send relays the request to ep by the cluster's transport.
@@ -188,32 +261,41 @@ func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoi
 
 // sendH1 exchanges with an HTTP/1 upstream and relays the response.
 func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
-	w, resp := c.w, c.resp
-	ep, err := rt.Cluster.ExchangeH1(c.r.Context(), ep, c.req, resp, c.l.Log)
+	st, resp := c.st, c.resp
+	ep, err := rt.Cluster.ExchangeH1(st.Context(), ep, c.req, resp, c.l.Log)
 	if err != nil {
 		return 0, ep, err
 	}
-	wh := w.Header()
-	headers.CopyResponse(wh, &resp.Header)
-	if _, ok := wh["Content-Type"]; !ok {
-		wh["Content-Type"] = nil // the engine would guess one
+	headers.FastResponse(&resp.Header, false)
+	for k, v := range resp.Header.All() {
+		st.AddHeader(k, v)
 	}
 	status := resp.StatusCode()
-	w.WriteHeader(status)
 	if s := resp.BodyStream(); s != nil {
-		c.relayErr = copyBody(w, s, resp.Header.ContentLength() < 0)
+		_ = st.WriteHeader(status, false)
+		c.relayErr = copyBody(st, s)
 		_ = resp.CloseBodyStream() // gives the upstream connection back, or closes it
-		// The upstream's trailers, received with the body's end.
-		for name := range resp.Header.Trailers() {
-			if v := resp.Header.PeekBytes(name); len(v) > 0 {
-				key := http.TrailerPrefix + string(name)
-				wh[key] = append(wh[key], string(v))
+		if c.relayErr == nil {
+			// The upstream's trailers, received with the body's end.
+			for name := range resp.Header.Trailers() {
+				if v := resp.Header.PeekBytes(name); len(v) > 0 {
+					st.AddHeader(name, v)
+				}
 			}
+			c.relayErr = st.End()
 		}
 		return status, ep, nil
 	}
-	if b := resp.Body(); len(b) > 0 {
-		_, _ = w.Write(b) // a failure is the client's, and the handler ends anyway
+	b := resp.Body()
+	if len(b) == 0 {
+		c.relayErr = st.WriteHeader(status, true)
+		return status, ep, nil
+	}
+	_ = st.WriteHeader(status, false)
+	if _, err := st.Write(b); err != nil {
+		c.relayErr = err
+	} else {
+		c.relayErr = st.End()
 	}
 	return status, ep, nil
 }
@@ -222,43 +304,68 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 // request body streams up while the response streams down. Trailers
 // follow the body.
 func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
-	w, r, out := c.w, c.r, c.out
+	st, out := c.st, c.out
 	out.URL.Scheme, out.URL.Host = rt.Cluster.Scheme(), ep.Addr()
 	// A retry's copy of the request must keep reading the trailer map the
-	// engine fills in (see prepareHTTP).
-	keepTrailer := func(o *http.Request) { o.Trailer = r.Trailer }
-	resp, ep, err := rt.Cluster.ExchangeHTTP(r.Context(), ep, out, c.body, keepTrailer, c.l.Log)
+	// body's end fills in (see prepareHTTP).
+	var keepTrailer func(*http.Request)
+	if out.Trailer != nil {
+		keepTrailer = func(o *http.Request) { o.Trailer = c.trailer }
+	}
+	resp, ep, err := rt.Cluster.ExchangeHTTP(st.Context(), ep, out, c.body, keepTrailer, c.l.Log)
 	if err != nil {
 		return 0, ep, err
 	}
 	defer ep.Release()
 	defer resp.Body.Close()
-	wh := w.Header()
 	headers.StdResponse(resp.Header)
 	for k, vv := range resp.Header {
-		wh[k] = append(wh[k], vv...)
+		for _, v := range vv {
+			st.AddHeaderString(k, v)
+		}
 	}
-	if _, ok := wh["Content-Type"]; !ok {
-		wh["Content-Type"] = nil // the engine would guess one
+	if _, ok := resp.Header["Content-Length"]; !ok && resp.ContentLength >= 0 && !bodyless(resp.StatusCode) {
+		st.AddHeaderString("content-length", strconv.FormatInt(resp.ContentLength, 10))
 	}
-	w.WriteHeader(resp.StatusCode)
-	if err := copyBody(w, resp.Body, resp.ContentLength < 0); err != nil {
+	if resp.ContentLength == 0 && len(resp.Trailer) == 0 {
+		// One HEADERS frame that ends the stream: what a gRPC server's
+		// trailers-only answer (an error status) must stay.
+		c.relayErr = st.WriteHeader(resp.StatusCode, true)
+		return resp.StatusCode, ep, nil
+	}
+	if err := st.WriteHeader(resp.StatusCode, false); err != nil {
+		c.relayErr = err
+		return resp.StatusCode, ep, nil
+	}
+	if err := copyBody(st, resp.Body); err != nil {
 		c.relayErr = err
 		return resp.StatusCode, ep, nil
 	}
 	for k, vv := range resp.Trailer {
-		wh[http.TrailerPrefix+k] = vv
+		for _, v := range vv {
+			st.AddHeaderString(k, v)
+		}
 	}
+	c.relayErr = st.End()
 	return resp.StatusCode, ep, nil
+}
+
+// bodyless reports whether responses with status have no body.
+func bodyless(status int) bool {
+	return status == http.StatusNoContent || status == http.StatusNotModified || status < 200
 }
 
 // Reply writes a response ebb makes itself.
 func (c *call) Reply(status int, msg string) {
-	h := c.w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(msg)))
-	c.w.WriteHeader(status)
-	_, _ = io.WriteString(c.w, msg)
+	st := c.st
+	st.AddHeaderString("content-type", "text/plain; charset=utf-8")
+	st.AddHeaderString("content-length", strconv.Itoa(len(msg)))
+	if st.WriteHeader(status, len(msg) == 0) != nil || len(msg) == 0 {
+		return
+	}
+	if _, err := io.WriteString(st, msg); err == nil {
+		_ = st.End()
+	}
 }
 
 // Body returns the request's body (nil: none).
@@ -266,7 +373,7 @@ func (c *call) Body() *upstream.Body { return c.body }
 
 // Context ends when the client resets the stream or the connection is
 // gone.
-func (c *call) Context() context.Context { return c.r.Context() }
+func (c *call) Context() context.Context { return c.st.Context() }
 
 // Finish releases what the request held.
 func (c *call) Finish(int) {
@@ -286,36 +393,25 @@ func (c *call) AccessFields() (client, method, host, uri string, bytes int) {
 	if c.conn != nil {
 		client = string(c.conn.ClientIP)
 	}
-	return client, c.r.Method, c.r.Host, c.r.RequestURI, -1
+	return client, string(c.st.Method()), string(c.st.Authority()), string(c.st.Path()), -1
 }
 
 // copyBufPool holds the buffers response bodies are relayed through.
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyBody relays a response body. flush sends each piece on at once: a
-// body of unknown length may be a stream of messages (gRPC, server-sent
-// events) that must not wait for a buffer to fill. The headers are sent
-// first in that case too. The error is the upstream's or the client's.
-func copyBody(w http.ResponseWriter, src io.Reader, flush bool) error {
-	rc := http.NewResponseController(w)
-	if flush {
-		if err := rc.Flush(); err != nil {
-			return err
-		}
-	}
+// copyBody relays a response body. Each piece goes to the client as soon
+// as the connection's writer gets to it: a body of unknown length may be
+// a stream of messages (gRPC, server-sent events) that must not wait for
+// a buffer to fill. The error is the upstream's or the client's.
+func copyBody(st *Stream, src io.Reader) error {
 	bp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bp)
 	buf := *bp
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := st.Write(buf[:n]); werr != nil {
 				return werr
-			}
-			if flush {
-				if werr := rc.Flush(); werr != nil {
-					return werr
-				}
 			}
 		}
 		if err == io.EOF {

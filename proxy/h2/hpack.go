@@ -1,0 +1,152 @@
+package h2
+
+import "strconv"
+
+// The response side's HPACK encoding is stateless, as HAProxy's is: every
+// field is a literal "without indexing" (RFC 7541 §6.2.2), naming the
+// static table's entry when it has the name, and values go as they are,
+// without Huffman coding. The dynamic table is never used, so header
+// blocks can be encoded on any goroutine in any order (no shared encoder
+// state to keep in step with the order frames are written in), nothing is
+// stored per connection, and encoding is a copy. The first block of a
+// connection announces a dynamic table of size 0 (§6.3), which is true
+// whatever SETTINGS_HEADER_TABLE_SIZE the client chooses. Requests are
+// decoded by x/net's hpack.Decoder, which keeps the client's table.
+
+// staticNames maps the names of RFC 7541's static table (Appendix A) to
+// the index of their first entry.
+var staticNames = map[string]uint8{
+	":authority": 1, ":method": 2, ":path": 4, ":scheme": 6, ":status": 8,
+	"accept-charset": 15, "accept-encoding": 16, "accept-language": 17,
+	"accept-ranges": 18, "accept": 19, "access-control-allow-origin": 20,
+	"age": 21, "allow": 22, "authorization": 23, "cache-control": 24,
+	"content-disposition": 25, "content-encoding": 26, "content-language": 27,
+	"content-length": 28, "content-location": 29, "content-range": 30,
+	"content-type": 31, "cookie": 32, "date": 33, "etag": 34, "expect": 35,
+	"expires": 36, "from": 37, "host": 38, "if-match": 39,
+	"if-modified-since": 40, "if-none-match": 41, "if-range": 42,
+	"if-unmodified-since": 43, "last-modified": 44, "link": 45, "location": 46,
+	"max-forwards": 47, "proxy-authenticate": 48, "proxy-authorization": 49,
+	"range": 50, "referer": 51, "refresh": 52, "retry-after": 53, "server": 54,
+	"set-cookie": 55, "strict-transport-security": 56, "transfer-encoding": 57,
+	"user-agent": 58, "vary": 59, "via": 60, "www-authenticate": 61,
+}
+
+// staticStatus holds the static table's complete ":status" entries.
+var staticStatus = map[int]byte{200: 8, 204: 9, 206: 10, 304: 11, 400: 12, 404: 13, 500: 14}
+
+// tableSizeZero is a dynamic table size update to 0 (RFC 7541 §6.3).
+const tableSizeZero = 0x20
+
+// appendInt appends i with an n-bit prefix whose other bits are first
+// (RFC 7541 §5.1).
+func appendInt(dst []byte, first byte, n uint, i uint64) []byte {
+	limit := uint64(1)<<n - 1
+	if i < limit {
+		return append(dst, first|byte(i))
+	}
+	dst = append(dst, first|byte(limit))
+	i -= limit
+	for i >= 128 {
+		dst = append(dst, byte(i&0x7f|0x80))
+		i >>= 7
+	}
+	return append(dst, byte(i))
+}
+
+// appendString appends a string literal, not Huffman-coded (§5.2).
+func appendString[S string | []byte](dst []byte, s S) []byte {
+	dst = appendInt(dst, 0, 7, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// appendStatus appends the ":status" field.
+func appendStatus(dst []byte, status int) []byte {
+	if idx, ok := staticStatus[status]; ok {
+		return append(dst, 0x80|idx) // indexed (§6.1)
+	}
+	dst = appendInt(dst, 0, 4, 8)
+	var b [8]byte
+	return appendString(dst, strconv.AppendInt(b[:0], int64(status), 10))
+}
+
+// appendField appends a literal field without indexing. name must be in
+// lower case already.
+func appendField[S string | []byte](dst, name []byte, value S) []byte {
+	if idx, ok := staticNames[string(name)]; ok {
+		dst = appendInt(dst, 0, 4, uint64(idx))
+	} else {
+		dst = append(dst, 0)
+		dst = appendString(dst, name)
+	}
+	return appendString(dst, value)
+}
+
+// connectionSpecific reports whether a lower-case name is one of the
+// fields HTTP/2 forbids (RFC 9113 §8.2.2).
+func connectionSpecific[S string | []byte](name S) bool {
+	switch string(name) {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
+}
+
+// lower appends name in lower case.
+func lower[S string | []byte](dst []byte, name S) []byte {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// fieldList holds the fields of a header block as decoded: names and
+// values back to back in one arena, so that decoding a request allocates
+// nothing once the arena has grown.
+type fieldList struct {
+	arena []byte
+	ends  []fieldEnds
+}
+
+// fieldEnds are where a field's name and value end in the arena; each
+// starts where the one before it ended.
+type fieldEnds struct{ name, value uint32 }
+
+func (l *fieldList) reset() {
+	l.arena = l.arena[:0]
+	l.ends = l.ends[:0]
+}
+
+func (l *fieldList) add(name, value string) {
+	l.arena = append(l.arena, name...)
+	n := uint32(len(l.arena))
+	l.arena = append(l.arena, value...)
+	l.ends = append(l.ends, fieldEnds{n, uint32(len(l.arena))})
+}
+
+// Len is the number of fields.
+func (l *fieldList) Len() int { return len(l.ends) }
+
+// At returns the i-th field. The slices are valid as long as the list.
+func (l *fieldList) At(i int) (name, value []byte) {
+	start := uint32(0)
+	if i > 0 {
+		start = l.ends[i-1].value
+	}
+	e := l.ends[i]
+	return l.arena[start:e.name:e.name], l.arena[e.name:e.value:e.value]
+}
+
+// Get returns the value of the first field named name, or nil.
+func (l *fieldList) Get(name string) []byte {
+	for i := range l.ends {
+		if k, v := l.At(i); string(k) == name {
+			return v
+		}
+	}
+	return nil
+}

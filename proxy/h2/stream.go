@@ -1,0 +1,302 @@
+package h2
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"golang.org/x/net/http2"
+)
+
+// Errors a stream's handler sees.
+var (
+	// ErrStreamReset: the client reset the stream, or the connection
+	// failed or closed under it.
+	ErrStreamReset = errors.New("h2: stream reset")
+	// errHeadersSent: a second final response.
+	errHeadersSent = errors.New("h2: response header already sent")
+	// errNoHeaders: body bytes before the response header.
+	errNoHeaders = errors.New("h2: response body before its header")
+	// errBodyClosed: a read of a request body after its Close.
+	errBodyClosed = errors.New("h2: request body closed")
+)
+
+// outCap is how many response body bytes a stream holds before Write
+// waits for the writer to send them: a slow client costs at most this
+// much per stream (plus the flow-control window it grants, which the
+// writer never exceeds).
+const outCap = 32 << 10
+
+// Stream is one request of an HTTP/2 connection and its response, as the
+// handler sees them. The request (pseudo-header fields, fields, body
+// size) is read-only once the handler runs; the body is read with Read,
+// the trailers with Trailers once Read has returned io.EOF. The response
+// is written with AddHeader, WriteHeader, Write and End (or Reset), from
+// the handler's goroutine only.
+type Stream struct {
+	c  *Conn
+	id uint32
+
+	// The request, set by the read loop before the handler runs.
+	method, scheme, authority, path []byte
+	fields                          fieldList // regular fields, in order
+	contentLength                   int64     // -1: unknown
+	expectContinue                  bool
+	pseudo                          fieldList // the pseudo-header fields, validated when complete
+	pseudoSeen                      uint8
+	hasBody                         bool
+	headerSize                      int       // decoded size of the block (RFC 9113 §6.5.2)
+	tooLarge                        bool      // the block exceeded limits.max_header_bytes
+	malformed                       string    // why the request is malformed (RFC 9113 §8.1.1), if it is
+	trailers                        fieldList // the request's trailers, once its body has ended
+	inTrailers                      bool      // the block being decoded is the trailers
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Guarded by c.mu.
+	cond         sync.Cond // the handler waits for body bytes or output room
+	remoteClosed bool      // END_STREAM received (or the request refused)
+	localClosed  bool      // END_STREAM sent
+	reset        bool      // RST_STREAM sent or received, or the connection gone
+	removed      bool      // no longer in c.streams
+	in           []byte    // body bytes received; in[inOff:] not read yet
+	inOff        int
+	inErr        error // io.EOF once the body has ended whole; ErrStreamReset
+	received     int64 // body bytes received
+	recvWindow   int64 // what the client may still send on the stream
+	unacked      int64 // body bytes read by the handler, not yet credited back
+	continued    bool  // a 100 Continue has been queued
+	handlerDone  bool
+	bodyClosed   bool // nobody reads the body any more
+
+	sendWindow int64         // what the client lets us send
+	hq         []byte        // header blocks to send, back to back
+	hqItems    []headerItem  // their sizes, in order
+	out        []byte        // response body bytes to send
+	outOff     int           // out[:outOff] is sent
+	outEnd     bool          // the response ends after out (and trailers)
+	trailerBlk []byte        // the trailers' header block, sent after out
+	rstAfter   http2.ErrCode // RST_STREAM to send after the end (NO_ERROR: not wanted)
+	rstWanted  bool
+	queued     bool // in c.ready
+	finalSent  bool // a final (non-1xx) header block was queued
+
+	// Owned by the handler.
+	hb []byte // fields added since the last header block
+}
+
+type headerItem struct {
+	n   int
+	end bool
+}
+
+// ID returns the stream's identifier.
+func (st *Stream) ID() uint32 { return st.id }
+
+// Method returns the request's :method.
+func (st *Stream) Method() []byte { return st.method }
+
+// Scheme returns the request's :scheme.
+func (st *Stream) Scheme() []byte { return st.scheme }
+
+// Authority returns the request's :authority, or its Host field if it
+// had no :authority.
+func (st *Stream) Authority() []byte { return st.authority }
+
+// Path returns the request's :path (with its query).
+func (st *Stream) Path() []byte { return st.path }
+
+// Fields returns the request's regular fields (names in lower case).
+func (st *Stream) Fields() *fieldList { return &st.fields }
+
+// ContentLength returns the request's content-length, or -1.
+func (st *Stream) ContentLength() int64 { return st.contentLength }
+
+// HasBody reports whether the request has a body (it did not end with its
+// header block).
+func (st *Stream) HasBody() bool { return st.hasBody }
+
+// TLS reports whether the connection is TLS.
+func (st *Stream) TLS() bool { return st.c.tls }
+
+// Context ends when the client resets the stream or the connection is
+// gone; never at a graceful shutdown.
+func (st *Stream) Context() context.Context { return st.ctx }
+
+// Trailers returns the request's trailers; valid once Read has returned
+// io.EOF.
+func (st *Stream) Trailers() *fieldList { return &st.trailers }
+
+// Read reads the request body. It returns io.EOF at its end, and
+// ErrStreamReset if the stream was reset before. Reading credits the
+// bytes back to the client's flow-control window: ebb holds at most a
+// window of body per stream.
+func (st *Stream) Read(p []byte) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	for st.inOff == len(st.in) && st.inErr == nil {
+		if st.expectContinue && !st.continued && !st.finalSent {
+			// The client waits for a 100 before it sends the body.
+			st.continued = true
+			n0 := len(st.hq)
+			st.hq = appendStatus(st.hq, 100)
+			st.hqItems = append(st.hqItems, headerItem{n: len(st.hq) - n0})
+			c.queueLocked(st)
+		}
+		st.cond.Wait()
+	}
+	if st.inOff == len(st.in) {
+		return 0, st.inErr
+	}
+	n := copy(p, st.in[st.inOff:])
+	st.inOff += n
+	if st.inOff == len(st.in) {
+		st.in, st.inOff = st.in[:0], 0
+	}
+	st.unacked += int64(n)
+	c.creditLocked(st)
+	return n, nil
+}
+
+// AddHeader adds a response field (a trailer, after WriteHeader) to the
+// next header block. Connection-specific fields are dropped, names go in
+// lower case.
+func (st *Stream) AddHeader(name, value []byte) { addHeader(st, name, value) }
+
+// AddHeaderString is AddHeader for strings.
+func (st *Stream) AddHeaderString(name, value string) { addHeader(st, name, value) }
+
+func addHeader[S string | []byte](st *Stream, name, value S) {
+	var tmp [64]byte
+	lname := lower(tmp[:0], name)
+	if len(lname) == 0 || lname[0] == ':' || connectionSpecific(lname) {
+		return
+	}
+	st.hb = appendField(st.hb, lname, value)
+}
+
+// WriteHeader queues the response's header block with status: the
+// fields added since the last block. A 1xx status sends an interim
+// response (103 Early Hints); a final one may end the stream (end: no
+// body).
+func (st *Stream) WriteHeader(status int, end bool) error {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.reset {
+		st.hb = st.hb[:0]
+		return ErrStreamReset
+	}
+	if st.finalSent {
+		return errHeadersSent
+	}
+	n := len(st.hq)
+	st.hq = appendStatus(st.hq, status)
+	st.hq = append(st.hq, st.hb...)
+	st.hb = st.hb[:0]
+	final := status >= 200
+	st.hqItems = append(st.hqItems, headerItem{n: len(st.hq) - n, end: final && end})
+	if final {
+		st.finalSent = true
+		st.outEnd = end
+	}
+	c.queueLocked(st)
+	return nil
+}
+
+// Write queues response body bytes, waiting while the stream already
+// holds outCap unsent ones.
+func (st *Stream) Write(p []byte) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if !st.finalSent {
+		return 0, errNoHeaders
+	}
+	written := 0
+	for len(p) > 0 {
+		if st.reset {
+			return written, ErrStreamReset
+		}
+		if st.outEnd {
+			return written, errHeadersSent
+		}
+		room := outCap - (len(st.out) - st.outOff)
+		if room <= 0 {
+			st.cond.Wait()
+			continue
+		}
+		if st.outOff > 0 && st.outOff == len(st.out) {
+			st.out, st.outOff = st.out[:0], 0
+		}
+		n := min(room, len(p))
+		st.out = append(st.out, p[:n]...)
+		p = p[n:]
+		written += n
+		c.queueLocked(st)
+	}
+	return written, nil
+}
+
+// End ends the response: after the body written so far, with the fields
+// added since WriteHeader as trailers if there are any.
+func (st *Stream) End() error {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.reset {
+		return ErrStreamReset
+	}
+	if !st.finalSent {
+		return errNoHeaders
+	}
+	if st.outEnd {
+		return nil
+	}
+	if len(st.hb) > 0 {
+		st.trailerBlk = append(st.trailerBlk[:0], st.hb...)
+		st.hb = st.hb[:0]
+	}
+	st.outEnd = true
+	c.queueLocked(st)
+	return nil
+}
+
+// Reset resets the stream with code (a response cut short: INTERNAL_ERROR;
+// the client's request given up: CANCEL).
+func (st *Stream) Reset(code http2.ErrCode) {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	c.resetLocked(st, code, true)
+}
+
+// bodyReader is the request body as an io.Reader that is never the
+// Stream itself, for APIs that must not see Stream's other methods.
+type bodyReader struct{ st *Stream }
+
+func (b bodyReader) Read(p []byte) (int, error) { return b.st.Read(p) }
+
+// Close stops reading the body: a read blocked now or later fails, and
+// what the client still sends is discarded (and credited back).
+func (b bodyReader) Close() error {
+	st := b.st
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.inErr == nil {
+		st.inErr = errBodyClosed
+	}
+	st.bodyClosed = true
+	st.unacked += int64(len(st.in) - st.inOff)
+	st.in, st.inOff = nil, 0
+	st.cond.Broadcast()
+	c.creditLocked(st)
+	return nil
+}
+
+// Body returns the request body as a plain io.Reader.
+func (st *Stream) Body() io.Reader { return bodyReader{st} }

@@ -353,3 +353,113 @@ func TestTerminate(t *testing.T) {
 	<-cancelled
 	<-cn.Done()
 }
+
+// headers opens stream id with the given fields (in order).
+func (rc *rawClient) headers(id uint32, end bool, fields ...[2]string) {
+	rc.t.Helper()
+	rc.hbuf.Reset()
+	for _, f := range fields {
+		_ = rc.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.hbuf.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+func rstOf(id uint32) func(http2.Frame) bool {
+	return func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == id }
+}
+
+// TestMalformedRequests sends requests RFC 9113 §8.1.1 calls malformed:
+// each stream is reset with PROTOCOL_ERROR, never served, and the
+// connection goes on.
+func TestMalformedRequests(t *testing.T) {
+	served := make(chan string, 16)
+	addr, _, _ := testServer(t, HandlerFunc(func(st *Stream) {
+		served <- string(st.Path())
+		reply(st, "ok")
+	}))
+	rc := dialRaw(t, addr)
+	base := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "example.com"}}
+	cases := []struct {
+		name   string
+		fields [][2]string
+	}{
+		{"upper-case name", append(base[:3:3], [2]string{":path", "/"}, [2]string{"X-Up", "1"})},
+		{"connection-specific field", append(base[:3:3], [2]string{":path", "/"}, [2]string{"connection", "keep-alive"})},
+		{"te other than trailers", append(base[:3:3], [2]string{":path", "/"}, [2]string{"te", "gzip"})},
+		{"space in :path", append(base[:3:3], [2]string{":path", "/a b"})},
+		{"space in :method", [][2]string{{":method", "GET /admin"}, {":scheme", "http"}, {":authority", "example.com"}, {":path", "/public"}}},
+		{"no :path", base},
+		{"pseudo after regular", [][2]string{{":method", "GET"}, {"x", "1"}, {":scheme", "http"}, {":path", "/"}}},
+		{"unknown pseudo", append(base[:3:3], [2]string{":path", "/"}, [2]string{":protocol", "websocket"})},
+		{"repeated :path", append(base[:3:3], [2]string{":path", "/"}, [2]string{":path", "/"})},
+	}
+	id := uint32(1)
+	for _, tc := range cases {
+		rc.headers(id, true, tc.fields...)
+		r := rc.until(tc.name, rstOf(id)).(*http2.RSTStreamFrame)
+		if r.ErrCode != http2.ErrCodeProtocol {
+			t.Errorf("%s: RST_STREAM %v, want PROTOCOL_ERROR", tc.name, r.ErrCode)
+		}
+		id += 2
+	}
+	// A content-length the body does not match.
+	rc.headers(id, false, append(base[:3:3], [2]string{":path", "/cl"}, [2]string{"content-length", "5"})...)
+	if err := rc.fr.WriteData(id, true, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if r := rc.until("content-length mismatch", rstOf(id)).(*http2.RSTStreamFrame); r.ErrCode != http2.ErrCodeProtocol {
+		t.Errorf("content-length mismatch: RST_STREAM %v, want PROTOCOL_ERROR", r.ErrCode)
+	}
+	<-served // /cl was served before its body ended short
+	id += 2
+	rc.get(id, "/fine")
+	rc.until("a good request's response", endOf(id))
+	if p := <-served; p != "/fine" {
+		t.Fatalf("served %q; a malformed request reached the handler", p)
+	}
+}
+
+// TestDataBeyondWindow sends more body than the stream's window while
+// the handler reads nothing: the stream is reset with FLOW_CONTROL_ERROR,
+// and ebb held no more than the window.
+func TestDataBeyondWindow(t *testing.T) {
+	addr, _, _ := testServer(t, HandlerFunc(func(st *Stream) { <-st.Context().Done() }))
+	rc := dialRaw(t, addr)
+	rc.headers(1, false, [2]string{":method", "POST"}, [2]string{":scheme", "http"}, [2]string{":authority", "x"}, [2]string{":path", "/"})
+	chunk := make([]byte, 16<<10)
+	for sent := 0; sent <= DefaultStreamWindow; sent += len(chunk) {
+		if err := rc.fr.WriteData(1, false, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := rc.until("RST_STREAM", rstOf(1)).(*http2.RSTStreamFrame); r.ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("RST_STREAM %v, want FLOW_CONTROL_ERROR", r.ErrCode)
+	}
+}
+
+// TestContinuationFlood sends a header block that never ends, in empty
+// CONTINUATION frames (CVE-2024-27316): the connection ends with
+// ENHANCE_YOUR_CALM instead of reading them forever.
+func TestContinuationFlood(t *testing.T) {
+	addr, _, _ := testServer(t, okHandler())
+	rc := dialRaw(t, addr)
+	rc.hbuf.Reset()
+	_ = rc.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})
+	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: rc.hbuf.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	var ga *http2.GoAwayFrame
+	go func() {
+		for range 100000 {
+			if rc.fr.WriteContinuation(1, false, nil) != nil {
+				return
+			}
+		}
+	}()
+	ga = rc.until("GOAWAY", isGoAway).(*http2.GoAwayFrame)
+	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", ga.ErrCode)
+	}
+}

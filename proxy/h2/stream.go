@@ -231,6 +231,11 @@ func (st *Stream) Write(p []byte) (int, error) {
 		}
 		if st.outOff > 0 && st.outOff == len(st.out) {
 			st.out, st.outOff = st.out[:0], 0
+		} else if st.outOff >= outCap {
+			// What was sent goes, so that the buffer stays near outCap
+			// however long the stream.
+			k := copy(st.out, st.out[st.outOff:])
+			st.out, st.outOff = st.out[:k], 0
 		}
 		n := min(room, len(p))
 		st.out = append(st.out, p[:n]...)

@@ -154,11 +154,13 @@ func (p *Proxy) StopAccepting() {
 	}
 }
 
-// Close stops everything now: sockets, engines and every connection.
 // terminateWait bounds how long Close waits for HTTP/2 connections to
 // write their last frames.
 const terminateWait = 500 * time.Millisecond
 
+// Close stops everything now: sockets, engines and every connection.
+// HTTP/2 connections get their final GOAWAY and a RST_STREAM(CANCEL) per
+// open stream first.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true

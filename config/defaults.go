@@ -6,6 +6,9 @@ import "time"
 const (
 	DefaultAdminAddress        = "127.0.0.1:9901"
 	DefaultMaxHeaderBytes      = 32 << 10
+	DefaultMaxStreams          = 250
+	DefaultStreamWindow        = 256 << 10
+	DefaultConnectionWindow    = 1 << 20
 	DefaultHeaderTimeout       = 10 * time.Second
 	DefaultIdleTimeout         = 120 * time.Second
 	DefaultWriteTimeout        = 30 * time.Second
@@ -44,6 +47,7 @@ func Default() *Config {
 func (l *Listener) setDefaults() {
 	l.Role = RoleInbound
 	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	l.HTTP2 = ListenerHTTP2{MaxConcurrentStreams: DefaultMaxStreams, StreamWindow: DefaultStreamWindow, ConnectionWindow: DefaultConnectionWindow}
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 }
 

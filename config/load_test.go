@@ -46,6 +46,9 @@ func TestLoadDefaults(t *testing.T) {
 		{"role", l.Role, RoleInbound},
 		{"max_header_bytes", l.Limits.MaxHeaderBytes, Size(32 << 10)},
 		{"max_body_bytes", l.Limits.MaxBodyBytes, Size(0)},
+		{"http2.max_concurrent_streams", l.HTTP2.MaxConcurrentStreams, 250},
+		{"http2.stream_window", l.HTTP2.StreamWindow, Size(256 << 10)},
+		{"http2.connection_window", l.HTTP2.ConnectionWindow, Size(1 << 20)},
 		{"timeouts.header", l.Timeouts.Header, 10 * time.Second},
 		{"timeouts.idle", l.Timeouts.Idle, 120 * time.Second},
 		{"timeouts.write", l.Timeouts.Write, 30 * time.Second},
@@ -386,6 +389,30 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Load returned config %v and error %v", cfg != nil, err)
 		}
 	})
+}
+
+func TestValidateHTTP2(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want string // a problem; none if empty
+	}{
+		{set: "http2: { max_concurrent_streams: 100, stream_window: 64KiB, connection_window: 64KiB }"},
+		{set: "http2: { max_concurrent_streams: 0 }", want: "listeners[0].http2.max_concurrent_streams: expected a number between 1 and 10000, got 0"},
+		{set: "http2: { stream_window: 1KiB }", want: "listeners[0].http2.stream_window: expected a size between 64KiB and 2GiB-1, got 1KiB"},
+		{set: "http2: { stream_window: 2GiB }", want: "listeners[0].http2.stream_window: expected a size between 64KiB and 2GiB-1"},
+		{set: "http2: { stream_window: 4MiB }", want: "listeners[0].http2.connection_window: expected at least http2.stream_window"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			yaml := strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1)
+			_, err := Load(writeConfig(t, yaml), Options{})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestValidateRetries(t *testing.T) {

@@ -48,6 +48,7 @@ type Listener struct {
 	Role     string            `key:"role"`
 	TLS      *TLS              `key:"tls"`
 	Limits   Limits            `key:"limits"`
+	HTTP2    ListenerHTTP2     `key:"http2"`
 	Timeouts ListenerTimeouts  `key:"timeouts"`
 	Routes   []Route           `key:"routes"`
 	Headers  ForwardingHeaders `key:"headers"`
@@ -82,6 +83,20 @@ type Limits struct {
 	// MaxBodyBytes bounds a request body; more is a 413. 0 means unlimited
 	// (bodies are streamed, never held whole in memory).
 	MaxBodyBytes Size `key:"max_body_bytes"`
+}
+
+// ListenerHTTP2 holds what a listener's HTTP/2 connections are granted.
+type ListenerHTTP2 struct {
+	// MaxConcurrentStreams is advertised and enforced per connection;
+	// more streams are refused (REFUSED_STREAM, which clients retry).
+	MaxConcurrentStreams int `key:"max_concurrent_streams"`
+	// StreamWindow is the flow-control window for one request body: what
+	// ebb holds at most per stream when the upstream is slower than the
+	// client.
+	StreamWindow Size `key:"stream_window"`
+	// ConnectionWindow is the flow-control window for all request bodies of
+	// one connection.
+	ConnectionWindow Size `key:"connection_window"`
 }
 
 // ListenerTimeouts bound how long a client may take.

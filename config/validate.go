@@ -50,6 +50,18 @@ func (c *Config) Validate() []Problem {
 		if l.Limits.MaxHeaderBytes < 1<<10 || l.Limits.MaxHeaderBytes > 1<<20 {
 			v.add(key+".limits.max_header_bytes", "expected a size between 1KiB and 1MiB, got %s", l.Limits.MaxHeaderBytes)
 		}
+		if n := l.HTTP2.MaxConcurrentStreams; n < 1 || n > 10000 {
+			v.add(key+".http2.max_concurrent_streams", "expected a number between 1 and 10000, got %d", n)
+		}
+		const maxWindow = 1<<31 - 1 // RFC 9113 §6.9.1
+		if w := l.HTTP2.StreamWindow; w < 64<<10 || w > maxWindow {
+			v.add(key+".http2.stream_window", "expected a size between 64KiB and 2GiB-1, got %s", w)
+		}
+		if w := l.HTTP2.ConnectionWindow; w < 64<<10 || w > maxWindow {
+			v.add(key+".http2.connection_window", "expected a size between 64KiB and 2GiB-1, got %s", w)
+		} else if w < l.HTTP2.StreamWindow {
+			v.add(key+".http2.connection_window", "expected at least http2.stream_window (%s), got %s", l.HTTP2.StreamWindow, w)
+		}
 		v.positive(key+".timeouts.header", l.Timeouts.Header)
 		v.positive(key+".timeouts.idle", l.Timeouts.Idle)
 		v.positive(key+".timeouts.write", l.Timeouts.Write)

@@ -74,6 +74,10 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 		Handler:        h2.Forwarder(l.fwd),
 		IdleTimeout:    cfg.Timeouts.Idle,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
+		// Validated to fit: at most 10000 streams, windows below 2^31.
+		MaxConcurrentStreams: uint32(cfg.HTTP2.MaxConcurrentStreams),
+		StreamWindow:         uint32(cfg.HTTP2.StreamWindow),
+		ConnWindow:           uint32(cfg.HTTP2.ConnectionWindow),
 		StateChanged: func(c net.Conn, active bool) {
 			if dc := drain.ConnOf(c); dc != nil {
 				if active {

@@ -112,11 +112,16 @@ func endOf(id uint32) func(http2.Frame) bool {
 // connection to the test.
 func testServer(t *testing.T, h Handler) (addr string, conns chan *Conn, accepted *atomic.Int32) {
 	t.Helper()
+	return testServerWith(t, &Server{Handler: h, IdleTimeout: time.Minute})
+}
+
+// testServerWith is testServer with a server configured by the test.
+func testServerWith(t *testing.T, s *Server) (addr string, conns chan *Conn, accepted *atomic.Int32) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Handler: h, IdleTimeout: time.Minute}
 	conns = make(chan *Conn, 16)
 	accepted = new(atomic.Int32)
 	done := make(chan struct{})
@@ -462,4 +467,27 @@ func TestContinuationFlood(t *testing.T) {
 	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm {
 		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", ga.ErrCode)
 	}
+}
+
+// TestMaxConcurrentStreams shows the limit enforced: a stream beyond it
+// is refused with REFUSED_STREAM (which clients retry), and served once
+// a slot is free.
+func TestMaxConcurrentStreams(t *testing.T) {
+	release := make(chan struct{})
+	addr, _, _ := testServerWith(t, &Server{MaxConcurrentStreams: 1, Handler: HandlerFunc(func(st *Stream) {
+		if string(st.Path()) == "/slow" {
+			<-release
+		}
+		reply(st, "ok")
+	})})
+	rc := dialRaw(t, addr)
+	rc.get(1, "/slow")
+	rc.get(3, "/")
+	if r := rc.until("RST_STREAM", rstOf(3)).(*http2.RSTStreamFrame); r.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("RST_STREAM %v, want REFUSED_STREAM", r.ErrCode)
+	}
+	close(release)
+	rc.until("stream 1's response", endOf(1))
+	rc.get(5, "/")
+	rc.until("stream 5's response", endOf(5))
 }

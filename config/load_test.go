@@ -391,6 +391,19 @@ func FuzzLoad(f *testing.F) {
 	})
 }
 
+// loadWants loads yaml and checks that it fails with a problem naming
+// want, or, if want is empty, that it loads.
+func loadWants(t *testing.T, yaml, want string) {
+	t.Helper()
+	_, err := Load(writeConfig(t, yaml), Options{})
+	switch {
+	case want == "" && err != nil:
+		t.Fatal(err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("err = %v, want one naming %q", err, want)
+	}
+}
+
 func TestValidateHTTP2(t *testing.T) {
 	for _, tc := range []struct {
 		set  string
@@ -404,13 +417,7 @@ func TestValidateHTTP2(t *testing.T) {
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			yaml := strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1)
-			_, err := Load(writeConfig(t, yaml), Options{})
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("err = %v, want one naming %q", err, tc.want)
-			}
+			loadWants(t, yaml, tc.want)
 		})
 	}
 }
@@ -430,13 +437,7 @@ func TestValidateRetries(t *testing.T) {
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			yaml := strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)
-			_, err := Load(writeConfig(t, yaml), Options{})
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("err = %v, want one naming %q", err, tc.want)
-			}
+			loadWants(t, yaml, tc.want)
 		})
 	}
 }

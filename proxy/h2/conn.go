@@ -194,8 +194,13 @@ type Conn struct {
 	wclose        bool // the writer ends once everything queued is written
 	abortOnExit   bool // ... and then closes the connection
 	settingsAcked bool
-	reported      bool // the state last told to StateChanged: active
-	stateDirty    bool // the number of streams went to or from 0: report it (unlock)
+	// resetBudget is what the client may still reset of the streams it
+	// opened before their answer (rapid reset, CVE-2023-44487): each such
+	// reset costs one, each stream answered whole earns one back, up to
+	// max_concurrent_streams. Below zero, the connection ends.
+	resetBudget int
+	reported    bool // the state last told to StateChanged: active
+	stateDirty  bool // the number of streams went to or from 0: report it (unlock)
 
 	wake       chan struct{}
 	writerDone chan struct{}
@@ -249,6 +254,7 @@ func (s *Server) Serve(ctx context.Context, nc net.Conn, started func(*Conn)) {
 	if inc := s.connWindow() - 65535; inc > 0 {
 		_ = c.wfr.WriteWindowUpdate(0, uint32(inc))
 	}
+	c.resetBudget = int(s.maxStreams())
 	c.settingsT = time.AfterFunc(settingsTimeout, func() { c.fatal(http2.ErrCodeSettingsTimeout, "SETTINGS not acknowledged") })
 	if s.IdleTimeout > 0 {
 		c.idle = time.AfterFunc(s.IdleTimeout, c.Shutdown)
@@ -1191,6 +1197,14 @@ func (c *Conn) onRSTStream(f *http2.RSTStreamFrame) error {
 		}
 		return nil
 	}
+	if !st.handlerDone {
+		// A reset before the answer: the upstream request is cancelled
+		// (the stream's context), and it counts against the budget.
+		c.resetBudget--
+		if c.resetBudget < 0 {
+			return c.connErrLocked(http2.ErrCodeEnhanceYourCalm, "too many streams reset before their answer")
+		}
+	}
 	c.resetLocked(st, f.ErrCode, false)
 	return nil
 }
@@ -1220,6 +1234,9 @@ func (c *Conn) handlerDone(st *Stream) {
 	st.handlerDone = true
 	if st.reset {
 		return
+	}
+	if st.outEnd && c.resetBudget < int(c.srv.maxStreams()) {
+		c.resetBudget++
 	}
 	if !st.outEnd {
 		c.resetLocked(st, http2.ErrCodeInternal, true)

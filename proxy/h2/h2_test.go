@@ -491,3 +491,40 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	rc.get(5, "/")
 	rc.until("stream 5's response", endOf(5))
 }
+
+// TestRapidReset opens streams and resets each at once, before its
+// answer (CVE-2023-44487): the handlers wait on their stream's context, so
+// they return only because the resets cancel it, and once the client has
+// reset more than max_concurrent_streams of them beyond those it let
+// finish, the connection ends with ENHANCE_YOUR_CALM.
+func TestRapidReset(t *testing.T) {
+	const limit = 10
+	addr, _, _ := testServerWith(t, &Server{MaxConcurrentStreams: limit, Handler: HandlerFunc(func(st *Stream) {
+		<-st.Context().Done()
+	})})
+	rc := dialRaw(t, addr)
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	sent := make(chan struct{})
+	go func() {
+		// Not rc's helpers: they may not fail the test from here.
+		defer close(sent)
+		for id := uint32(1); id < 2*(limit+5); id += 2 {
+			if rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}) != nil ||
+				rc.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+				return
+			}
+		}
+	}()
+	defer func() { <-sent }()
+	ga := rc.until("GOAWAY", isGoAway).(*http2.GoAwayFrame)
+	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", ga.ErrCode)
+	}
+	if _, err := rc.fr.ReadFrame(); err == nil {
+		t.Fatal("the connection stayed open after the GOAWAY")
+	}
+}

@@ -160,7 +160,6 @@ type Conn struct {
 	// The read loop's own.
 	hbuf       []byte  // a HEADERS or CONTINUATION payload
 	cur        *Stream // the stream whose header block is being decoded (nil: discarded)
-	curID      uint32  // the stream the block belongs to
 	curEnd     bool    // the block's HEADERS ended the stream
 	curRefuse  bool    // the block opens a stream that is refused
 	curFrames  int     // CONTINUATION frames of the block so far
@@ -186,14 +185,12 @@ type Conn struct {
 	writerIdle    bool
 	sentTableSize bool
 	pingData      [8]byte
-	goAwayStarted bool   // the first GOAWAY was sent
-	finalGoAway   bool   // the final GOAWAY was sent
-	lastID        uint32 // its last stream id
+	goAwayStarted bool // the first GOAWAY was sent
+	finalGoAway   bool // the final GOAWAY was sent
 	peerGoAway    bool
 	closed        bool // the connection is failing or ending: no more streams
 	wclose        bool // the writer ends once everything queued is written
 	abortOnExit   bool // ... and then closes the connection
-	settingsAcked bool
 	// resetBudget is what the client may still reset of the streams it
 	// opened before their answer (rapid reset, CVE-2023-44487): each such
 	// reset costs one, each stream answered whole earns one back, up to
@@ -336,8 +333,8 @@ func (c *Conn) finalLocked() {
 	if c.finalGoAway || c.closed {
 		return
 	}
-	c.finalGoAway, c.lastID = true, c.maxClientID
-	_ = c.wfr.WriteGoAway(c.lastID, http2.ErrCodeNo, nil)
+	c.finalGoAway = true
+	_ = c.wfr.WriteGoAway(c.maxClientID, http2.ErrCodeNo, nil)
 	c.wakeLocked()
 	c.maybeFinishLocked()
 }
@@ -374,7 +371,7 @@ func (c *Conn) fatalLocked(code http2.ErrCode, why string) {
 	}
 	c.debug("connection error", "code", code.String(), "reason", why)
 	_ = c.wfr.WriteGoAway(c.maxClientID, code, []byte(why))
-	c.finalGoAway, c.lastID = true, c.maxClientID
+	c.finalGoAway = true
 	c.abortOnExit = true
 	// A writer stuck on a client that does not read gives up soon.
 	_ = c.nc.SetWriteDeadline(time.Now().Add(closeLinger))
@@ -658,7 +655,7 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 		return c.connErr(http2.ErrCodeProtocol, "HEADERS padding longer than the frame")
 	}
 	frag := p[:len(p)-pad]
-	c.cur, c.curID, c.curEnd, c.curRefuse = nil, id, fh.Flags.Has(http2.FlagHeadersEndStream), false
+	c.cur, c.curEnd, c.curRefuse = nil, fh.Flags.Has(http2.FlagHeadersEndStream), false
 	c.curFrames, c.curSize, c.sawRegular = 0, 0, false
 	c.mu.Lock()
 	st := c.streams[id]
@@ -1084,9 +1081,6 @@ func (c *Conn) creditLocked(st *Stream) {
 
 func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
-		c.mu.Lock()
-		c.settingsAcked = true
-		c.mu.Unlock()
 		c.settingsT.Stop()
 		return nil
 	}
@@ -1164,6 +1158,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 			return c.connErrLocked(http2.ErrCodeFlowControl, "connection window above 2^31-1")
 		}
 		for _, st := range c.blocked {
+			st.blocked = false
 			c.queueLocked(st)
 		}
 		c.blocked = c.blocked[:0]
@@ -1363,7 +1358,8 @@ func (c *Conn) emitLocked(st *Stream) {
 		}
 		n := int(min(int64(len(st.out)-st.outOff), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
 		if n <= 0 {
-			if c.sendWindow <= 0 {
+			if c.sendWindow <= 0 && !st.blocked {
+				st.blocked = true
 				c.blocked = append(c.blocked, st)
 			}
 			break // the stream's window: its WINDOW_UPDATE queues it again

@@ -46,7 +46,6 @@ type Stream struct {
 	pseudo                          fieldList // the pseudo-header fields, validated when complete
 	pseudoSeen                      uint8
 	hasBody                         bool
-	headerSize                      int       // decoded size of the block (RFC 9113 §6.5.2)
 	tooLarge                        bool      // the block exceeded limits.max_header_bytes
 	malformed                       string    // why the request is malformed (RFC 9113 §8.1.1), if it is
 	trailers                        fieldList // the request's trailers, once its body has ended
@@ -71,17 +70,17 @@ type Stream struct {
 	handlerDone  bool
 	bodyClosed   bool // nobody reads the body any more
 
-	sendWindow int64         // what the client lets us send
-	hq         []byte        // header blocks to send, back to back
-	hqItems    []headerItem  // their sizes, in order
-	out        []byte        // response body bytes to send
-	outOff     int           // out[:outOff] is sent
-	outEnd     bool          // the response ends after out (and trailers)
-	trailerBlk []byte        // the trailers' header block, sent after out
-	rstAfter   http2.ErrCode // RST_STREAM to send after the end (NO_ERROR: not wanted)
-	rstWanted  bool
-	queued     bool // in c.ready
-	finalSent  bool // a final (non-1xx) header block was queued
+	sendWindow int64        // what the client lets us send
+	hq         []byte       // header blocks to send, back to back
+	hqItems    []headerItem // their sizes, in order
+	out        []byte       // response body bytes to send
+	outOff     int          // out[:outOff] is sent
+	outEnd     bool         // the response ends after out (and trailers)
+	trailerBlk []byte       // the trailers' header block, sent after out
+	rstWanted  bool         // a RST_STREAM(NO_ERROR) follows the end: the client is still sending a body nobody reads
+	queued     bool         // in c.ready
+	blocked    bool         // in c.blocked
+	finalSent  bool         // a final (non-1xx) header block was queued
 
 	// Owned by the handler.
 	hb []byte // fields added since the last header block

@@ -116,6 +116,8 @@ type Server struct {
 	// Log receives the engine's own messages (protocol errors of
 	// clients, mostly), at debug level.
 	Log *slog.Logger
+
+	workers workerPool // the goroutines handlers run on
 }
 
 func (s *Server) maxStreams() uint32 {
@@ -196,8 +198,9 @@ type Conn struct {
 	// reset costs one, each stream answered whole earns one back, up to
 	// max_concurrent_streams. Below zero, the connection ends.
 	resetBudget int
-	reported    bool // the state last told to StateChanged: active
-	stateDirty  bool // the number of streams went to or from 0: report it (unlock)
+	free        []*Stream // streams to give back to the pool at unlock (see recycleLocked)
+	reported    bool      // the state last told to StateChanged: active
+	stateDirty  bool      // the number of streams went to or from 0: report it (unlock)
 
 	wake       chan struct{}
 	writerDone chan struct{}
@@ -259,6 +262,8 @@ func (s *Server) Serve(ctx context.Context, nc net.Conn, started func(*Conn)) {
 	if started != nil {
 		started(c)
 	}
+	s.workers.connStarted()
+	defer s.workers.connEnded()
 	go c.writeLoop()
 	err := c.readLoop()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -299,7 +304,7 @@ func (c *Conn) debug(msg string, args ...any) {
 func (c *Conn) GoAway(grace time.Duration) {
 	c.mu.Lock()
 	if c.goAwayStarted || c.finalGoAway || c.closed {
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	c.goAwayStarted = true
@@ -307,7 +312,7 @@ func (c *Conn) GoAway(grace time.Duration) {
 	_ = c.wfr.WriteGoAway(1<<31-1, http2.ErrCodeNo, nil)
 	_ = c.wfr.WritePing(false, c.pingData)
 	c.wakeLocked()
-	c.mu.Unlock()
+	c.unlock()
 	c.wg.Go(func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
@@ -425,8 +430,15 @@ func (c *Conn) maybeFinishLocked() {
 	}
 }
 
-// unlock releases c.mu, then reports a change of state if there was one.
+// unlock gives the streams recycleLocked found free back to the pool,
+// releases c.mu, then reports a change of state if there was one.
 func (c *Conn) unlock() {
+	for i, st := range c.free {
+		st.clear()
+		streamPool.Put(st)
+		c.free[i] = nil
+	}
+	c.free = c.free[:0]
 	dirty := c.stateDirty
 	c.stateDirty = false
 	c.mu.Unlock()
@@ -533,7 +545,7 @@ func (c *Conn) process(fh http2.FrameHeader) error {
 		c.mu.Lock()
 		c.peerGoAway = true
 		c.maybeFinishLocked()
-		c.mu.Unlock()
+		c.unlock()
 		if f.ErrCode != http2.ErrCodeNo {
 			c.debug("client sent GOAWAY", "code", f.ErrCode.String(), "debug", string(f.DebugData()))
 		}
@@ -603,8 +615,8 @@ func (c *Conn) resetLocked(st *Stream, code http2.ErrCode, send bool) {
 	if st.inErr != io.EOF || st.inOff < len(st.in) {
 		st.inErr = ErrStreamReset
 	}
-	st.in, st.inOff = nil, 0
-	st.cancel()
+	st.in, st.inOff = st.in[:0], 0
+	st.cancelLocked()
 	st.cond.Broadcast()
 	if send && !(st.localClosed && st.remoteClosed) {
 		c.queueRSTLocked(st.id, code)
@@ -627,6 +639,7 @@ func (c *Conn) removeLocked(st *Stream) {
 		c.maybeFinishLocked()
 		c.stateDirty = true
 	}
+	c.recycleLocked(st)
 }
 
 // onHeaders handles a HEADERS frame: a new request, or a request's
@@ -661,18 +674,20 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 	st := c.streams[id]
 	switch {
 	case st != nil:
-		c.mu.Unlock()
 		if st.remoteClosed || st.inTrailers {
+			c.unlock()
 			return c.skipBlock(fh, frag, func() error { return c.streamError(id, http2.ErrCodeStreamClosed) })
 		}
+		st.decoding = true // until endTrailers
+		c.unlock()
 		st.inTrailers = true
 		c.cur = st
 	case id%2 == 0:
-		c.mu.Unlock()
+		c.unlock()
 		return c.connErr(http2.ErrCodeProtocol, "stream id from a client must be odd")
 	case id <= c.maxClientID:
 		reset := c.wasReset(id)
-		c.mu.Unlock()
+		c.unlock()
 		if reset {
 			return c.skipBlock(fh, frag, nil)
 		}
@@ -681,7 +696,7 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 		c.maxClientID = id
 		ignore := c.finalGoAway || c.peerGoAway || c.closed
 		refuse := uint32(len(c.streams)) >= c.srv.maxStreams()
-		c.mu.Unlock()
+		c.unlock()
 		if ignore {
 			// Streams after the final GOAWAY are ignored (RFC 9113
 			// §6.8); their header block must still be decoded.
@@ -870,9 +885,27 @@ func asciiEqualFold(s, t string) bool {
 
 // newStream makes the stream a HEADERS frame opens.
 func (c *Conn) newStream(id uint32) *Stream {
-	st := &Stream{c: c, id: id, contentLength: -1, recvWindow: c.srv.streamWindow()}
+	st, _ := streamPool.Get().(*Stream)
+	if st == nil {
+		st = new(Stream)
+		st.stopWatch = st.unwatch
+	}
+	st.c, st.id, st.contentLength, st.recvWindow = c, id, -1, c.srv.streamWindow()
 	st.cond.L = &c.mu
 	return st
+}
+
+// recycleLocked gives st back to the pool once nothing refers to it: its
+// handler has returned, it has left c.streams, the writer's queues and the
+// read loop, and nothing outside the engine may hold it (st.keep).
+func (c *Conn) recycleLocked(st *Stream) {
+	if !st.handlerDone || !st.removed || st.queued || st.blocked || st.decoding || st.keep {
+		return
+	}
+	// Pooled by unlock, so that every check of this critical section
+	// sees the stream as it is, kept (st.keep).
+	st.keep = true
+	c.free = append(c.free, st)
 }
 
 // endRequest completes a request's header block: it is validated, then
@@ -889,14 +922,17 @@ func (c *Conn) endRequest(st *Stream) error {
 	if st.malformed != "" {
 		c.debug("malformed request", "stream", st.id, "reason", st.malformed)
 		c.queueRSTLocked(st.id, http2.ErrCodeProtocol)
+		st.clear()
+		streamPool.Put(st)
 		return nil
 	}
 	if c.curRefuse {
 		c.queueRSTLocked(st.id, http2.ErrCodeRefusedStream)
+		st.clear()
+		streamPool.Put(st)
 		return nil
 	}
 	st.sendWindow = c.peerWindow
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
 	c.streams[st.id] = st
 	if len(c.streams) == 1 {
 		if c.idle != nil {
@@ -915,11 +951,12 @@ func (c *Conn) endRequest(st *Stream) error {
 		st.hqItems = append(st.hqItems, headerItem{n: len(st.hq), end: true})
 		st.finalSent, st.outEnd, st.handlerDone = true, true, true
 		st.rstWanted = !st.remoteClosed
-		st.cancel()
+		st.cancelLocked()
 		c.queueLocked(st)
 		return nil
 	}
-	c.handlers.Go(func() { c.serveStream(st) })
+	c.handlers.Add(1)
+	c.srv.workers.serve(st)
 	return nil
 }
 
@@ -971,15 +1008,15 @@ func (st *Stream) setPseudo() string {
 
 // endTrailers completes a request's trailers: the body has ended.
 func (c *Conn) endTrailers(st *Stream) error {
-	if !c.curEnd {
-		return c.streamError(st.id, http2.ErrCodeProtocol)
-	}
-	if st.malformed != "" || st.tooLarge {
-		return c.streamError(st.id, http2.ErrCodeProtocol)
-	}
 	c.mu.Lock()
 	defer c.unlock()
-	c.endBodyLocked(st)
+	st.decoding = false
+	if !c.curEnd || st.malformed != "" || st.tooLarge {
+		c.resetLocked(st, http2.ErrCodeProtocol, true)
+	} else {
+		c.endBodyLocked(st)
+	}
+	c.recycleLocked(st)
 	return nil
 }
 
@@ -1096,18 +1133,18 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 			for _, st := range c.streams {
 				st.sendWindow += delta
 				if st.sendWindow > 1<<31-1 {
-					c.mu.Unlock()
+					c.unlock()
 					return http2.ConnectionError(http2.ErrCodeFlowControl)
 				}
 				if delta > 0 && st.outOff < len(st.out) {
 					c.queueLocked(st)
 				}
 			}
-			c.mu.Unlock()
+			c.unlock()
 		case http2.SettingMaxFrameSize:
 			c.mu.Lock()
 			c.peerFrame = int(min(s.Val, frameSize))
-			c.mu.Unlock()
+			c.unlock()
 		}
 		// HEADER_TABLE_SIZE: the encoder uses no dynamic table; ENABLE_PUSH:
 		// ebb never pushes; the others are advisory.
@@ -1159,6 +1196,10 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		for _, st := range c.blocked {
 			st.blocked = false
+			if st.reset {
+				c.recycleLocked(st)
+				continue
+			}
 			c.queueLocked(st)
 		}
 		c.blocked = c.blocked[:0]
@@ -1206,8 +1247,9 @@ func (c *Conn) onRSTStream(f *http2.RSTStreamFrame) error {
 
 // serveStream runs the handler for st, and makes sure the stream is
 // answered.
+// It runs on a worker's goroutine, and is the last to touch st there.
 func (c *Conn) serveStream(st *Stream) {
-	defer st.cancel()
+	defer c.handlers.Done()
 	defer c.handlerDone(st)
 	defer func() {
 		if r := recover(); r != nil && c.srv.Log != nil {
@@ -1227,6 +1269,8 @@ func (c *Conn) handlerDone(st *Stream) {
 	c.mu.Lock()
 	defer c.unlock()
 	st.handlerDone = true
+	st.cancelLocked()
+	defer c.recycleLocked(st)
 	if st.reset {
 		return
 	}
@@ -1239,7 +1283,7 @@ func (c *Conn) handlerDone(st *Stream) {
 	}
 	// Bytes not read are credited back: nobody will read them.
 	st.unacked += int64(len(st.in) - st.inOff)
-	st.in, st.inOff = nil, 0
+	st.in, st.inOff = st.in[:0], 0
 	if !st.remoteClosed {
 		st.rstWanted = true
 		if st.localClosed {
@@ -1328,6 +1372,7 @@ func (c *Conn) fillLocked() {
 		st := c.ready[i]
 		st.queued = false
 		c.emitLocked(st)
+		c.recycleLocked(st)
 	}
 	n := copy(c.ready, c.ready[i:])
 	clear(c.ready[n:])
@@ -1364,7 +1409,7 @@ func (c *Conn) emitLocked(st *Stream) {
 			}
 			break // the stream's window: its WINDOW_UPDATE queues it again
 		}
-		end := st.outEnd && st.outOff+n == len(st.out) && st.trailerBlk == nil
+		end := st.outEnd && st.outOff+n == len(st.out) && len(st.trailerBlk) == 0
 		_ = c.wfr.WriteData(st.id, end, st.out[st.outOff:st.outOff+n])
 		st.outOff += n
 		st.sendWindow -= int64(n)
@@ -1378,7 +1423,7 @@ func (c *Conn) emitLocked(st *Stream) {
 		st.out, st.outOff = st.out[:0], 0
 	}
 	if st.outEnd && st.outOff == len(st.out) && !st.localClosed {
-		if st.trailerBlk != nil {
+		if len(st.trailerBlk) > 0 {
 			c.writeBlockLocked(st.id, st.trailerBlk, true)
 		} else {
 			_ = c.wfr.WriteData(st.id, true, nil)

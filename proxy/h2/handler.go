@@ -37,7 +37,12 @@ func WithConn(ctx context.Context, c *drain.Conn) context.Context {
 func Forwarder(l *forward.Listener) Handler {
 	return HandlerFunc(func(st *Stream) {
 		conn, _ := st.Context().Value(connKey{}).(*drain.Conn)
-		c := &call{l: l, st: st, conn: conn}
+		c := callPool.Get().(*call)
+		defer func() {
+			*c = call{}
+			callPool.Put(c)
+		}()
+		c.l, c.st, c.conn = l, st, conn
 		path := st.Path()
 		if i := bytes.IndexByte(path, '?'); i >= 0 {
 			path = path[:i]
@@ -51,6 +56,8 @@ func Forwarder(l *forward.Listener) Handler {
 		}
 	})
 }
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // call is one HTTP/2 stream's request going through the forwarding
 // skeleton: the engine's side of forward.Call. It belongs to the
@@ -178,6 +185,9 @@ func (c *call) prepareH1(hop headers.Hop, announced bool) {
 // prepareHTTP builds the request for an h2c, h2 or auto upstream.
 func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 	st := c.st
+	// net/http's Transport may read the body and watch the context after
+	// the exchange: the stream must not be pooled.
+	st.pin()
 	u, err := url.ParseRequestURI(string(st.Path()))
 	if err != nil {
 		return http.StatusBadRequest, "ebb: invalid request path\n"

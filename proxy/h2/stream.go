@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -51,16 +53,24 @@ type Stream struct {
 	trailers                        fieldList // the request's trailers, once its body has ended
 	inTrailers                      bool      // the block being decoded is the trailers
 
-	ctx    context.Context
-	cancel context.CancelFunc
+	// The stream as its context (see streamContext): cancelled is set,
+	// under c.mu, when the stream is reset or its handler has returned.
+	cancelled atomic.Bool
+	// stopWatch is st.unwatch, made once per Stream (streams are pooled).
+	stopWatch func() bool
 
 	// Guarded by c.mu.
-	cond         sync.Cond // the handler waits for body bytes or output room
-	remoteClosed bool      // END_STREAM received (or the request refused)
-	localClosed  bool      // END_STREAM sent
-	reset        bool      // RST_STREAM sent or received, or the connection gone
-	removed      bool      // no longer in c.streams
-	in           []byte    // body bytes received; in[inOff:] not read yet
+	done         chan struct{} // the context's Done channel, made when asked for
+	watched      io.Closer     // closed when the stream is cancelled (WatchConn)
+	watchFired   bool          // the watch closed watched
+	keep         bool          // something outside the engine may still hold the stream: it is not pooled
+	decoding     bool          // the read loop decodes the stream's trailers
+	cond         sync.Cond     // the handler waits for body bytes or output room
+	remoteClosed bool          // END_STREAM received (or the request refused)
+	localClosed  bool          // END_STREAM sent
+	reset        bool          // RST_STREAM sent or received, or the connection gone
+	removed      bool          // no longer in c.streams
+	in           []byte        // body bytes received; in[inOff:] not read yet
 	inOff        int
 	inErr        error // io.EOF once the body has ended whole; ErrStreamReset
 	received     int64 // body bytes received
@@ -120,9 +130,10 @@ func (st *Stream) HasBody() bool { return st.hasBody }
 // TLS reports whether the connection is TLS.
 func (st *Stream) TLS() bool { return st.c.tls }
 
-// Context ends when the client resets the stream or the connection is
-// gone; never at a graceful shutdown.
-func (st *Stream) Context() context.Context { return st.ctx }
+// Context ends when the client resets the stream, the connection is gone
+// or the handler has returned; never at a graceful shutdown. It carries
+// the values of the context given to Serve.
+func (st *Stream) Context() context.Context { return (*streamContext)(st) }
 
 // Trailers returns the request's trailers; valid once Read has returned
 // io.EOF.
@@ -304,3 +315,113 @@ func (b bodyReader) Close() error {
 
 // Body returns the request body as a plain io.Reader.
 func (st *Stream) Body() io.Reader { return bodyReader{st} }
+
+// streamContext is a Stream as its context.Context. It costs nothing
+// unless Done is called (a channel, and the stream is then not pooled,
+// since whoever waits on the channel may outlive the handler), and
+// WatchConn lets the HTTP/1 upstream transport have its connection closed
+// at the stream's end without a goroutine or an allocation per request,
+// which context.AfterFunc costs.
+type streamContext Stream
+
+// Deadline returns no deadline.
+func (sc *streamContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns a channel closed when the stream ends.
+func (sc *streamContext) Done() <-chan struct{} {
+	st := (*Stream)(sc)
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	if st.done == nil {
+		st.done = make(chan struct{})
+		if st.cancelled.Load() {
+			close(st.done)
+		}
+	}
+	st.keep = true
+	return st.done
+}
+
+// Err returns context.Canceled once the stream has ended.
+func (sc *streamContext) Err() error {
+	if sc.cancelled.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value returns the value of the context given to Serve.
+func (sc *streamContext) Value(key any) any { return sc.c.ctx.Value(key) }
+
+func (sc *streamContext) String() string { return "h2.Stream.Context" }
+
+// WatchConn closes conn (on a goroutine of its own) when the stream ends,
+// at once if it has, unless stop is called first; stop reports whether it
+// was, as the stop of context.AfterFunc does. One watch at a time.
+func (sc *streamContext) WatchConn(conn io.Closer) (stop func() bool) {
+	st := (*Stream)(sc)
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.watched, st.watchFired = conn, false
+	if st.cancelled.Load() {
+		st.fireWatchLocked()
+	}
+	return st.stopWatch
+}
+
+func (st *Stream) unwatch() bool {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.watched = nil
+	return !st.watchFired
+}
+
+func (st *Stream) fireWatchLocked() {
+	if w := st.watched; w != nil {
+		st.watched, st.watchFired = nil, true
+		go w.Close()
+	}
+}
+
+// pin keeps the stream out of the pool: something outside the engine
+// may hold it after its handler has returned.
+func (st *Stream) pin() {
+	st.c.mu.Lock()
+	st.keep = true
+	st.c.mu.Unlock()
+}
+
+// cancelLocked ends the stream's context.
+func (st *Stream) cancelLocked() {
+	if st.cancelled.Swap(true) {
+		return
+	}
+	if st.done != nil {
+		close(st.done)
+	}
+	st.fireWatchLocked()
+}
+
+// streamPool holds streams (and their buffers) for new ones.
+var streamPool sync.Pool
+
+// bufKeep bounds the buffers a pooled stream keeps.
+const bufKeep = 64 << 10
+
+// clear makes st like new, keeping its buffers.
+func (st *Stream) clear() {
+	fields, pseudo, trailers := st.fields, st.pseudo, st.trailers
+	hq, hqItems, trailerBlk, hb := st.hq[:0], st.hqItems[:0], st.trailerBlk[:0], st.hb[:0]
+	in, out, stop := st.in[:0], st.out[:0], st.stopWatch
+	if cap(in) > bufKeep {
+		in = nil
+	}
+	if cap(out) > bufKeep {
+		out = nil
+	}
+	fields.reset()
+	pseudo.reset()
+	trailers.reset()
+	*st = Stream{fields: fields, pseudo: pseudo, trailers: trailers, hq: hq, hqItems: hqItems,
+		trailerBlk: trailerBlk, hb: hb, in: in, out: out, stopWatch: stop}
+}

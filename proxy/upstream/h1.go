@@ -314,9 +314,21 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 	return false, nil
 }
 
+// ConnWatcher is a context that closes a connection itself when it ends,
+// more cheaply than context.AfterFunc, which allocates per call (the
+// HTTP/2 engine's streams are such contexts).
+type ConnWatcher interface {
+	// WatchConn closes conn when the context ends, unless stop is called
+	// first; stop reports whether it was.
+	WatchConn(conn io.Closer) (stop func() bool)
+}
+
 // watchCancel closes conn when ctx ends, and returns the function that
 // ends the watch (nil when ctx never ends: HTTP/1 requests).
 func watchCancel(ctx context.Context, conn net.Conn) func() bool {
+	if w, ok := ctx.(ConnWatcher); ok {
+		return w.WatchConn(conn)
+	}
 	if ctx.Done() == nil {
 		return nil
 	}

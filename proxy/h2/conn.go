@@ -35,6 +35,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -68,6 +69,9 @@ const (
 	closeLinger = time.Second
 	// maxBatch is about how many bytes the writer gathers for one write.
 	maxBatch = 64 << 10
+	// minBatch is what the writer would rather wait to gather a little
+	// more than write alone (see writeLoop).
+	minBatch = 4 << 10
 	// maxControl bounds the control frames (PING and SETTINGS
 	// acknowledgements, RST_STREAM) queued for a client that does not
 	// read them (CVE-2019-9512, CVE-2019-9515).
@@ -1315,9 +1319,20 @@ func (c *Conn) wakeLocked() {
 // one buffer and writes it in one system call, batch after batch.
 func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
+	yielded := false
 	for {
 		c.mu.Lock()
 		c.fillLocked()
+		if len(c.pend) > 0 && len(c.pend) < minBatch && !yielded && !c.wclose {
+			// Little to write: the handlers that are about to queue more
+			// get to run first, so that one system call carries what
+			// several of them answer (grpc-go's writer does the same).
+			yielded = true
+			c.unlock()
+			runtime.Gosched()
+			continue
+		}
+		yielded = false
 		if len(c.pend) == 0 {
 			if c.wclose {
 				abort := c.abortOnExit

@@ -73,6 +73,8 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 	l.h2 = &h2.Server{
 		Handler:        h2.Forwarder(l.fwd),
 		IdleTimeout:    cfg.Timeouts.Idle,
+		HeaderTimeout:  cfg.Timeouts.Header,
+		WriteTimeout:   cfg.Timeouts.Write,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		// Validated to fit: at most 10000 streams, windows below 2^31.
 		MaxConcurrentStreams: uint32(cfg.HTTP2.MaxConcurrentStreams),

@@ -15,6 +15,7 @@ const (
 	MsgNoEndpoint   = "ebb: no upstream endpoint available\n"
 	MsgBodyTooLarge = "ebb: request body too large\n"
 	MsgBadBody      = "ebb: could not read the request body\n"
+	MsgBodyTimeout  = "ebb: the request body stalled\n"
 	MsgConnect      = "ebb: CONNECT is not supported\n"
 )
 
@@ -36,6 +37,9 @@ func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.End
 	if err := body.Failed(); err != nil {
 		if errors.Is(err, upstream.ErrBodyTooLarge) {
 			return http.StatusRequestEntityTooLarge, MsgBodyTooLarge
+		}
+		if upstream.IsTimeout(err) {
+			return http.StatusRequestTimeout, MsgBodyTimeout
 		}
 		return http.StatusBadRequest, MsgBadBody
 	}

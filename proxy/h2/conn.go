@@ -35,9 +35,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -79,6 +81,12 @@ const (
 	// frameSize is the largest frame payload either side sends: the
 	// protocol's default, which ebb does not raise.
 	frameSize = 16 << 10
+	// maxEmptyRun is how many empty DATA frames without END_STREAM a
+	// client may send in a row.
+	maxEmptyRun = 100
+	// ignoredPerStream is how many ignored frames (PRIORITY, unknown
+	// types) each stream opened allows, and the connection's start too.
+	ignoredPerStream = 100
 )
 
 // Handler serves the streams of a connection, each on a goroutine of its
@@ -106,6 +114,15 @@ type Server struct {
 	// §6.5.2's size: names, values and 32 bytes per field); a larger one
 	// is answered with 431.
 	MaxHeaderBytes int
+	// HeaderTimeout bounds a header block sent in several frames (from
+	// its HEADERS frame to its END_HEADERS) and each wait of a handler
+	// for the next bytes of a request body (the handler's read then fails
+	// with an error whose Timeout() is true); 0: none.
+	HeaderTimeout time.Duration
+	// WriteTimeout bounds how long a stream's response may wait for the
+	// client to open its flow-control window (a client that reads
+	// nothing): the stream is then reset with CANCEL; 0: no bound.
+	WriteTimeout time.Duration
 	// MaxConcurrentStreams is advertised to clients and enforced
 	// (DefaultMaxConcurrentStreams when zero).
 	MaxConcurrentStreams uint32
@@ -173,6 +190,13 @@ type Conn struct {
 	sawRegular bool    // a regular field came in the block
 	recvWindow int64   // what the client may still send on the connection
 	recvUnack  int64   // bytes received, not credited back yet
+	blockTimed bool    // a read deadline bounds the header block being received
+	// Floods of frames that cost work and carry nothing (CVE-2019-9518):
+	// emptyRun counts empty DATA frames in a row, ignoredBudget what the
+	// client may still send of the frames ebb ignores (PRIORITY, unknown
+	// types), earned by the streams it opens.
+	emptyRun      int
+	ignoredBudget int
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -194,9 +218,10 @@ type Conn struct {
 	goAwayStarted bool // the first GOAWAY was sent
 	finalGoAway   bool // the final GOAWAY was sent
 	peerGoAway    bool
-	closed        bool // the connection is failing or ending: no more streams
-	wclose        bool // the writer ends once everything queued is written
-	abortOnExit   bool // ... and then closes the connection
+	closed        bool        // the connection is failing or ending: no more streams
+	failed        atomic.Bool // a connection error was sent: the read loop stops
+	wclose        bool        // the writer ends once everything queued is written
+	abortOnExit   bool        // ... and then closes the connection
 	// resetBudget is what the client may still reset of the streams it
 	// opened before their answer (rapid reset, CVE-2023-44487): each such
 	// reset costs one, each stream answered whole earns one back, up to
@@ -212,6 +237,8 @@ type Conn struct {
 	stateMu    sync.Mutex    // orders the calls of StateChanged
 	idle       *time.Timer
 	settingsT  *time.Timer
+	stallT     *time.Timer // runs checkStalls (guarded by mu)
+	stallAt    time.Time   // when stallT fires; zero: not armed (guarded by mu)
 	handlers   sync.WaitGroup
 	wg         sync.WaitGroup // the GOAWAY grace timers
 }
@@ -259,6 +286,7 @@ func (s *Server) Serve(ctx context.Context, nc net.Conn, started func(*Conn)) {
 		_ = c.wfr.WriteWindowUpdate(0, uint32(inc))
 	}
 	c.resetBudget = int(s.maxStreams())
+	c.ignoredBudget = ignoredPerStream
 	c.settingsT = time.AfterFunc(settingsTimeout, func() { c.fatal(http2.ErrCodeSettingsTimeout, "SETTINGS not acknowledged") })
 	if s.IdleTimeout > 0 {
 		c.idle = time.AfterFunc(s.IdleTimeout, c.Shutdown)
@@ -284,6 +312,11 @@ func (s *Server) Serve(ctx context.Context, nc net.Conn, started func(*Conn)) {
 	if c.idle != nil {
 		c.idle.Stop()
 	}
+	c.mu.Lock()
+	if c.stallT != nil {
+		c.stallT.Stop()
+	}
+	c.mu.Unlock()
 	c.handlers.Wait()
 	close(c.done)
 	c.wg.Wait()
@@ -379,6 +412,7 @@ func (c *Conn) fatalLocked(code http2.ErrCode, why string) {
 		return
 	}
 	c.debug("connection error", "code", code.String(), "reason", why)
+	c.failed.Store(true)
 	_ = c.wfr.WriteGoAway(c.maxClientID, code, []byte(why))
 	c.finalGoAway = true
 	c.abortOnExit = true
@@ -386,6 +420,8 @@ func (c *Conn) fatalLocked(code http2.ErrCode, why string) {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(closeLinger))
 	c.closeLocked()
 }
+
+var errConnFailed = errors.New("h2: connection error sent")
 
 // connError is a connection error the read loop ends with.
 type connError struct {
@@ -494,6 +530,11 @@ func (c *Conn) readLoop() error {
 		if err := c.process(fh); err != nil {
 			return err
 		}
+		if c.failed.Load() {
+			// A connection error found outside the frame's own handling
+			// (its answers pile up unread): nothing more is read.
+			return errConnFailed
+		}
 	}
 }
 
@@ -502,6 +543,8 @@ func (c *Conn) readLoop() error {
 func (c *Conn) readErr(err error) error {
 	var ce http2.ConnectionError
 	switch {
+	case c.blockTimed && errors.Is(err, os.ErrDeadlineExceeded):
+		return c.connErr(http2.ErrCodeProtocol, "header block not completed in time")
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		return c.connErr(http2.ErrCodeFrameSize, "frame too large")
 	case errors.As(err, &ce):
@@ -514,17 +557,35 @@ func (c *Conn) readErr(err error) error {
 func (c *Conn) process(fh http2.FrameHeader) error {
 	switch fh.Type {
 	case http2.FrameHeaders, http2.FrameContinuation:
+		if fh.Type == http2.FrameHeaders {
+			c.emptyRun = 0
+		}
 		if cap(c.hbuf) < int(fh.Length) {
 			c.hbuf = make([]byte, fh.Length, frameSize)
 		}
 		p := c.hbuf[:fh.Length]
 		if _, err := io.ReadFull(c.br, p); err != nil {
-			return err
+			return c.readErr(err)
 		}
 		if fh.Type == http2.FrameHeaders {
 			return c.onHeaders(fh, p)
 		}
 		return c.onContinuation(fh, p)
+	}
+	switch fh.Type {
+	case http2.FrameData:
+		if fh.Length > 0 {
+			c.emptyRun = 0
+		} else if !fh.Flags.Has(http2.FlagDataEndStream) {
+			if c.emptyRun++; c.emptyRun > maxEmptyRun {
+				return c.connErr(http2.ErrCodeEnhanceYourCalm, "too many empty DATA frames")
+			}
+		}
+	case http2.FrameSettings, http2.FramePing, http2.FrameWindowUpdate, http2.FrameRSTStream, http2.FrameGoAway, http2.FramePushPromise:
+	default: // PRIORITY, and the types ebb does not know
+		if c.ignoredBudget--; c.ignoredBudget < 0 {
+			return c.connErr(http2.ErrCodeEnhanceYourCalm, "too many PRIORITY or unknown frames")
+		}
 	}
 	f, err := c.fr.ReadFrameForHeader(fh)
 	if err != nil {
@@ -672,6 +733,12 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 		return c.connErr(http2.ErrCodeProtocol, "HEADERS padding longer than the frame")
 	}
 	frag := p[:len(p)-pad]
+	if !fh.Flags.Has(http2.FlagHeadersEndHeaders) && c.srv.HeaderTimeout > 0 {
+		// The rest of the block must come in time: nothing else may
+		// come on the connection until it has (RFC 9113 §6.10).
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.HeaderTimeout))
+		c.blockTimed = true
+	}
 	c.cur, c.curEnd, c.curRefuse = nil, fh.Flags.Has(http2.FlagHeadersEndStream), false
 	c.curFrames, c.curSize, c.sawRegular = 0, 0, false
 	c.mu.Lock()
@@ -711,6 +778,7 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 		}
 		c.curRefuse = refuse
 		c.cur = c.newStream(id)
+		c.ignoredBudget = min(c.ignoredBudget+ignoredPerStream, 100*ignoredPerStream)
 	}
 	return c.block(fh.Flags.Has(http2.FlagHeadersEndHeaders), frag)
 }
@@ -749,6 +817,10 @@ func (c *Conn) block(end bool, frag []byte) error {
 	}
 	if !end {
 		return nil
+	}
+	if c.blockTimed {
+		c.blockTimed = false
+		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	if err := c.dec.Close(); err != nil {
 		return c.connErr(http2.ErrCodeCompression, "HPACK: "+err.Error())
@@ -1097,6 +1169,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			st.in, st.inOff = st.in[:k], 0
 		}
 		st.in = append(st.in, data...)
+		st.inStall = time.Time{}
 		st.cond.Broadcast()
 	}
 	if f.StreamEnded() {
@@ -1296,6 +1369,63 @@ func (c *Conn) handlerDone(st *Stream) {
 	}
 }
 
+// armStallLocked makes checkStalls run by at.
+func (c *Conn) armStallLocked(at time.Time) {
+	if !c.stallAt.IsZero() && !at.Before(c.stallAt) {
+		return
+	}
+	c.stallAt = at
+	if c.stallT == nil {
+		c.stallT = time.AfterFunc(time.Until(at), c.checkStalls)
+		return
+	}
+	c.stallT.Reset(time.Until(at))
+}
+
+// checkStalls ends what has waited on the client for too long: a
+// handler's wait for request body bytes fails (the handler answers 408),
+// and a stream whose response has waited for a flow-control window is
+// reset (the client's memory of it, not ebb's, is what it then lacks).
+func (c *Conn) checkStalls() {
+	c.mu.Lock()
+	defer c.unlock()
+	c.stallAt = time.Time{}
+	if c.closed {
+		return
+	}
+	now := time.Now()
+	var next time.Time
+	for _, st := range c.streams {
+		for _, w := range [2]struct {
+			since *time.Time
+			limit time.Duration
+		}{{&st.inStall, c.srv.HeaderTimeout}, {&st.outStall, c.srv.WriteTimeout}} {
+			if w.since.IsZero() {
+				continue
+			}
+			if end := w.since.Add(w.limit); now.Before(end) {
+				if next.IsZero() || end.Before(next) {
+					next = end
+				}
+				continue
+			}
+			*w.since = time.Time{}
+			if w.since == &st.inStall {
+				c.debug("request body stalled", "stream", st.id)
+				st.inErr, st.bodyClosed = errBodyStalled, true
+				st.cond.Broadcast()
+				continue
+			}
+			c.debug("response stalled: the client's window stayed closed", "stream", st.id)
+			c.resetLocked(st, http2.ErrCodeCancel, true)
+			break
+		}
+	}
+	if !next.IsZero() {
+		c.armStallLocked(next)
+	}
+}
+
 // queueLocked puts st among the streams with output for the writer.
 func (c *Conn) queueLocked(st *Stream) {
 	if !st.queued {
@@ -1410,7 +1540,7 @@ func (c *Conn) emitLocked(st *Stream) {
 		}
 	}
 	st.hq, st.hqItems = st.hq[:0], st.hqItems[:0]
-	sent := false
+	sent, stalled := false, false
 	for st.outOff < len(st.out) {
 		if len(c.pend) >= maxBatch {
 			c.queueLocked(st)
@@ -1422,6 +1552,7 @@ func (c *Conn) emitLocked(st *Stream) {
 				st.blocked = true
 				c.blocked = append(c.blocked, st)
 			}
+			stalled = true
 			break // the stream's window: its WINDOW_UPDATE queues it again
 		}
 		end := st.outEnd && st.outOff+n == len(st.out) && len(st.trailerBlk) == 0
@@ -1446,7 +1577,12 @@ func (c *Conn) emitLocked(st *Stream) {
 		st.localClosed = true
 	}
 	if sent {
+		st.outStall = time.Time{}
 		st.cond.Broadcast()
+	}
+	if stalled && st.outStall.IsZero() && c.srv.WriteTimeout > 0 {
+		st.outStall = time.Now()
+		c.armStallLocked(st.outStall.Add(c.srv.WriteTimeout))
 	}
 	if st.localClosed {
 		if st.rstWanted && !st.remoteClosed {

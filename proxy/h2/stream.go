@@ -22,7 +22,15 @@ var (
 	errNoHeaders = errors.New("h2: response body before its header")
 	// errBodyClosed: a read of a request body after its Close.
 	errBodyClosed = errors.New("h2: request body closed")
+	// errBodyStalled: no body bytes for the server's HeaderTimeout.
+	errBodyStalled error = stallError{}
 )
+
+type stallError struct{}
+
+func (stallError) Error() string   { return "h2: request body stalled" }
+func (stallError) Timeout() bool   { return true }
+func (stallError) Temporary() bool { return false }
 
 // outCap is how many response body bytes a stream holds before Write
 // waits for the writer to send them: a slow client costs at most this
@@ -65,6 +73,8 @@ type Stream struct {
 	watchFired   bool          // the watch closed watched
 	keep         bool          // something outside the engine may still hold the stream: it is not pooled
 	decoding     bool          // the read loop decodes the stream's trailers
+	inStall      time.Time     // when the handler began to wait for body bytes; zero: it does not
+	outStall     time.Time     // when the response began to wait for a flow-control window; zero: it does not
 	cond         sync.Cond     // the handler waits for body bytes or output room
 	remoteClosed bool          // END_STREAM received (or the request refused)
 	localClosed  bool          // END_STREAM sent
@@ -155,6 +165,10 @@ func (st *Stream) Read(p []byte) (int, error) {
 			st.hq = appendStatus(st.hq, 100)
 			st.hqItems = append(st.hqItems, headerItem{n: len(st.hq) - n0})
 			c.queueLocked(st)
+		}
+		if st.inStall.IsZero() && c.srv.HeaderTimeout > 0 {
+			st.inStall = time.Now()
+			c.armStallLocked(st.inStall.Add(c.srv.HeaderTimeout))
 		}
 		st.cond.Wait()
 	}

@@ -227,6 +227,7 @@ type Conn struct {
 	// reset costs one, each stream answered whole earns one back, up to
 	// max_concurrent_streams. Below zero, the connection ends.
 	resetBudget int
+	unwinding   int       // handlers still running for streams reset under them
 	free        []*Stream // streams to give back to the pool at unlock (see recycleLocked)
 	reported    bool      // the state last told to StateChanged: active
 	stateDirty  bool      // the number of streams went to or from 0: report it (unlock)
@@ -677,6 +678,10 @@ func (c *Conn) resetLocked(st *Stream, code http2.ErrCode, send bool) {
 		return
 	}
 	st.reset = true
+	if !st.handlerDone {
+		st.unwinding = true
+		c.unwinding++
+	}
 	if st.inErr != io.EOF || st.inOff < len(st.in) {
 		st.inErr = ErrStreamReset
 	}
@@ -766,7 +771,9 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 	default:
 		c.maxClientID = id
 		ignore := c.finalGoAway || c.peerGoAway || c.closed
-		refuse := uint32(len(c.streams)) >= c.srv.maxStreams()
+		// Handlers of reset streams still unwinding count as streams:
+		// resets never let more handlers run than the limit.
+		refuse := uint32(len(c.streams)+c.unwinding) >= c.srv.maxStreams()
 		c.unlock()
 		if ignore {
 			// Streams after the final GOAWAY are ignored (RFC 9113
@@ -1006,6 +1013,12 @@ func (c *Conn) endRequest(st *Stream) error {
 		c.queueRSTLocked(st.id, http2.ErrCodeRefusedStream)
 		st.clear()
 		streamPool.Put(st)
+		// A client that opens more streams than allowed spends the
+		// budget rapid resets spend: refusing costs little, but not
+		// nothing.
+		if c.resetBudget--; c.resetBudget < 0 {
+			return c.connErrLocked(http2.ErrCodeEnhanceYourCalm, "too many streams refused")
+		}
 		return nil
 	}
 	st.sendWindow = c.peerWindow
@@ -1346,6 +1359,9 @@ func (c *Conn) handlerDone(st *Stream) {
 	c.mu.Lock()
 	defer c.unlock()
 	st.handlerDone = true
+	if st.unwinding {
+		c.unwinding--
+	}
 	st.cancelLocked()
 	defer c.recycleLocked(st)
 	if st.reset {

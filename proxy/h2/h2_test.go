@@ -497,9 +497,11 @@ func TestMaxConcurrentStreams(t *testing.T) {
 
 // TestRapidReset opens streams and resets each at once, before its
 // answer (CVE-2023-44487): the handlers wait on their stream's context, so
-// they return only because the resets cancel it, and once the client has
-// reset more than max_concurrent_streams of them beyond those it let
-// finish, the connection ends with ENHANCE_YOUR_CALM.
+// they return only because the resets cancel it. Streams opened while
+// those handlers unwind are refused (they count as open), and once the
+// client has reset or had refused more than max_concurrent_streams
+// streams beyond those it let finish, the connection ends with
+// ENHANCE_YOUR_CALM.
 func TestRapidReset(t *testing.T) {
 	const limit = 10
 	addr, _, _ := testServerWith(t, &Server{MaxConcurrentStreams: limit, Handler: HandlerFunc(func(st *Stream) {

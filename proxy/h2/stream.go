@@ -88,6 +88,7 @@ type Stream struct {
 	unacked      int64 // body bytes read by the handler, not yet credited back
 	continued    bool  // a 100 Continue has been queued
 	handlerDone  bool
+	unwinding    bool // reset while its handler ran (counted in c.unwinding until it returns)
 	bodyClosed   bool // nobody reads the body any more
 
 	sendWindow int64        // what the client lets us send

@@ -20,28 +20,6 @@ import (
 // step.
 const h2specVersion = "v2.2.1+incompatible"
 
-// h2specAllowed lists the h2spec cases ebb is known to fail, by listener
-// mode ("h2c", "tls") and h2spec case ID (as "h2spec ID" runs it alone),
-// each with the reason. A listed case that passes fails the test: the list
-// stays true.
-var h2specAllowed = map[string]map[string]string{
-	"h2c": {
-		"http2/3.5/2": h2specSniffed,
-	},
-	"tls": {},
-}
-
-// Why ebb fails the cases in h2specAllowed.
-const (
-	// h2spec sends "INVALID CONNECTION PREFACE\r\n\r\n" and wants the
-	// connection closed at once. On a listener that serves HTTP/1.1 and h2c
-	// on one port, bytes that do not begin with the HTTP/2 preface are an
-	// HTTP/1.1 request (RFC 9113 §3.4 binds only a client that chose
-	// HTTP/2): ebb answers it as HTTP/1.1, a 400, then closes. Over TLS,
-	// where ALPN chose h2, the case passes.
-	h2specSniffed = "a port serving HTTP/1.1 and h2c reads a non-preface as HTTP/1.1"
-)
-
 // h2specOrigin answers 200 with a short body to every request, after
 // reading the request body: h2spec checks the DATA frames of responses.
 func h2specOrigin() http.Handler {
@@ -53,8 +31,8 @@ func h2specOrigin() http.Handler {
 
 // TestH2Spec runs h2spec's HTTP/2 conformance cases against ebb's
 // listener, over h2c (prior knowledge) and over TLS (ALPN h2), with ebb
-// forwarding to an HTTP/1.1 origin. Every case must pass but those listed
-// in h2specAllowed.
+// forwarding to an HTTP/1.1 origin. Every case must pass, and every case
+// must run (none skipped).
 func TestH2Spec(t *testing.T) {
 	t.Parallel()
 	bin := h2specPath(t)
@@ -70,7 +48,7 @@ func TestH2Spec(t *testing.T) {
 			}
 			e := startEbb(t, oneClusterYAML(hostPort(origin), listener, nil))
 			cases := runH2Spec(t, bin, e.addr("public"), flags...)
-			checkH2Spec(t, cases, h2specAllowed[mode])
+			checkH2Spec(t, cases)
 		})
 	}
 }
@@ -173,42 +151,25 @@ func h2specError(text string) string {
 	return fmt.Sprintf("want %s; got %s", strings.Join(lines[:last], " or "), lines[last])
 }
 
-// checkH2Spec fails the test for each failed case not in allowed, and for
-// each case in allowed that passed.
-func checkH2Spec(t *testing.T, cases []h2specCase, allowed map[string]string) {
+// checkH2Spec fails the test for each case that failed or was skipped.
+func checkH2Spec(t *testing.T, cases []h2specCase) {
 	t.Helper()
-	var failed, stale []string
+	var failed []string
 	passed, skipped := 0, 0
-	seen := map[string]bool{}
 	for _, c := range cases {
-		seen[c.id] = true
 		switch {
 		case c.skipped:
 			skipped++
+			failed = append(failed, fmt.Sprintf("%s (%s): skipped", c.id, c.desc))
 		case c.failure == "":
 			passed++
-			if _, ok := allowed[c.id]; ok {
-				stale = append(stale, fmt.Sprintf("%s (%s)", c.id, c.desc))
-			}
 		default:
-			if reason, ok := allowed[c.id]; ok {
-				t.Logf("h2spec %s (%s) fails as allowed: %s", c.id, c.desc, reason)
-				continue
-			}
 			failed = append(failed, fmt.Sprintf("%s (%s):\n\t%s", c.id, c.desc, strings.ReplaceAll(c.failure, "\n", "\n\t")))
-		}
-	}
-	for id := range allowed {
-		if !seen[id] {
-			stale = append(stale, id+" (not run)")
 		}
 	}
 	t.Logf("h2spec: %d cases, %d passed, %d skipped, %d failed", len(cases), passed, skipped, len(cases)-passed-skipped)
 	if len(failed) > 0 {
-		t.Errorf("%d h2spec cases failed:\n%s", len(failed), strings.Join(failed, "\n"))
-	}
-	if len(stale) > 0 {
-		t.Errorf("h2spec cases allowed to fail that passed; remove them from h2specAllowed:\n%s", strings.Join(stale, "\n"))
+		t.Errorf("%d h2spec cases did not pass:\n%s", len(failed), strings.Join(failed, "\n"))
 	}
 }
 

@@ -68,11 +68,16 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	s.calls.Put(c)
 }
 
-// Refuse turns away CONNECT and, as RFC 9112 §3.2 says, an HTTP/1.1
-// request without Host.
+// Refuse turns away versions other than HTTP/1.0 and HTTP/1.1, CONNECT
+// and, as RFC 9112 §3.2 says, an HTTP/1.1 request without Host.
 func (c *call) Refuse() (int, string) {
 	h := &c.ctx.Request.Header
 	switch {
+	case !h.IsHTTP11() && string(h.Protocol()) != "HTTP/1.0":
+		// HTTP/1.2, HTTP/2.0 and the like on an HTTP/1 connection: not
+		// served as HTTP/1.1 (RFC 9110 §15.6.6).
+		c.ctx.SetConnectionClose()
+		return fasthttp.StatusHTTPVersionNotSupported, "ebb: HTTP version not supported\n"
 	case h.IsConnect():
 		return fasthttp.StatusMethodNotAllowed, forward.MsgConnect
 	case len(h.Host()) == 0 && h.IsHTTP11():

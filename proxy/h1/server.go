@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -90,6 +91,13 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
+	case notHTTP1(err):
+		// Bytes of some other protocol (or of HTTP/0.9): an answer in
+		// HTTP/1.1 would be garbage to the client, which is closed on.
+		// Such as a broken HTTP/2 preface that does not even start like
+		// one (RFC 9113 §3.4: close the connection).
+		ctx.Conn().Close()
+		return
 	case errors.As(err, &small):
 		localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "ebb: request headers too large\n")
 	case errors.As(err, &ne) && ne.Timeout():
@@ -98,6 +106,20 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		localReply(ctx, fasthttp.StatusBadRequest, "ebb: malformed request\n")
 	}
 	lingerOnClose(ctx)
+}
+
+// notHTTP1 reports whether fasthttp failed to parse a request because its
+// first line is not an HTTP/1 request line at all: no method and target
+// before a version, or a last word that is not HTTP/<digit>.<digit>.
+// fasthttp has no error values for these; its messages are stable.
+func notHTTP1(err error) bool {
+	msg := err.Error()
+	for _, m := range []string{"unsupported http version", "cannot find whitespace in the first line", "cannot find http request method"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // lingerOnClose marks the request's connection to be closed gracefully

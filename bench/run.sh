@@ -11,6 +11,12 @@
 #         bench/fasthttp-bare
 #   h2c   h2load, HTTP/2 cleartext with prior knowledge, 8 connections x 16
 #         streams, 64-byte body, HTTP/1.1 to the origin; ebb, nginx, HAProxy
+#         and h2load -c100 -m1: many connections, one stream each
+#   h2tls h2load over TLS (ALPN h2), 8 connections x 16 streams, 64-byte
+#         body; ebb, nginx, HAProxy
+#   idle  memory per idle HTTP/2 connection: bench/idle-h2 opens IDLE_CONNS
+#         h2c connections, one request each, and holds them; the proxy's
+#         VmRSS before and after, over the connections
 #   grpc  unary gRPC calls (bench/grpc-bench) straight to a Go gRPC server
 #         ("direct") and through ebb (protocol: h2c upstream)
 #
@@ -21,12 +27,14 @@
 #          generator (wrk, h2load or the gRPC client)
 #
 # Knobs (environment):
-#   PARTS=h1,h2c,grpc   parts to run (any subset; commas or spaces)
+#   PARTS=h1,h2c,h2tls,idle,grpc   parts to run (any subset; commas or spaces)
 #   DURATION=10   seconds per measured run
 #   ROUNDS=5      measured runs per proxy and variant (the median is kept)
 #   WARMUP=2      seconds of unmeasured load per proxy before each variant
 #   CONNS=64      connections for the h1 throughput variants
-#   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c part)
+#   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c and h2tls parts)
+#   H2_WIDE_CONNS=100          h2load -c of the h2c part's one-stream variant
+#   IDLE_CONNS=2000            connections the idle part holds
 #   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
 #   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
 #                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
@@ -39,17 +47,23 @@
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
 #   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
 #   BASE_PORT=18090 BASE_ADMIN_PORT=18091
+#   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
 #   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
 #   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
 set -euo pipefail
 
-PARTS=${PARTS:-h1,h2c,grpc}
+PARTS=${PARTS:-h1,h2c,h2tls,idle,grpc}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-2}
 CONNS=${CONNS:-64}
 H2_CONNS=${H2_CONNS:-8}
 H2_STREAMS=${H2_STREAMS:-16}
+H2_WIDE_CONNS=${H2_WIDE_CONNS:-100}
+IDLE_CONNS=${IDLE_CONNS:-2000}
+EBB_TLS_PORT=${EBB_TLS_PORT:-18092}
+NGINX_TLS_PORT=${NGINX_TLS_PORT:-18093}
+HAPROXY_TLS_PORT=${HAPROXY_TLS_PORT:-18094}
 GRPC_CONCURRENCY=${GRPC_CONCURRENCY:-"1 16"}
 PROXIES=${PROXIES:-"ebb nginx haproxy fasthttp"}
 PROFILE=${PROFILE:-0}
@@ -85,24 +99,25 @@ die() { log "FATAL: $*"; exit 1; }
 
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
-	case $part in h1 | h2c | grpc) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, grpc)" ;; esac
+	case $part in h1 | h2c | h2tls | idle | grpc) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, idle, grpc)" ;; esac
 done
 ((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
 has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
 PARTS_RUN=""
-for part in h1 h2c grpc; do
+for part in h1 h2c h2tls idle grpc; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
 
 TOOLS=(go nginx wrk curl taskset getconf pgrep)
 has_proxy haproxy && TOOLS+=(haproxy)
-has_part h2c && TOOLS+=(h2load)
+if has_part h2c || has_part h2tls; then TOOLS+=(h2load); fi
+has_part h2tls && TOOLS+=(openssl)
 for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
 [[ $(nproc --all) -ge 2 ]] || die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"
-for knob in DURATION ROUNDS H2_CONNS H2_STREAMS; do
+for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS; do
 	[[ ${!knob} =~ ^[0-9]+$ && ${!knob} -gt 0 ]] || die "$knob must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
@@ -203,14 +218,16 @@ check_body() {
 		die "$name: GET $path answered '$got' (status, bytes); want '200 $want'"
 }
 
-# check_h2c NAME PORT PATH BYTES: the same over HTTP/2 with prior knowledge.
+# check_h2c NAME PORT PATH BYTES [https]: the same over HTTP/2 with prior
+# knowledge, or over TLS with ALPN h2.
 check_h2c() {
-	local name=$1 port=$2 path=$3 want=$4 got
-	got=$(curl -sS --http2-prior-knowledge --max-time 5 -o /dev/null \
-		-w '%{http_version} %{http_code} %{size_download}' "http://127.0.0.1:$port$path") ||
-		die "$name: curl --http2-prior-knowledge http://127.0.0.1:$port$path failed"
+	local name=$1 port=$2 path=$3 want=$4 scheme=${5:-http} got flags=(--http2-prior-knowledge)
+	[[ $scheme == http ]] || flags=(--http2 -k)
+	got=$(curl -sS "${flags[@]}" --max-time 5 -o /dev/null \
+		-w '%{http_version} %{http_code} %{size_download}' "$scheme://127.0.0.1:$port$path") ||
+		die "$name: curl ${flags[*]} $scheme://127.0.0.1:$port$path failed"
 	[[ $got == "2 200 $want" ]] ||
-		die "$name: h2c GET $path answered '$got' (HTTP version, status, bytes); want '2 200 $want'"
+		die "$name: HTTP/2 GET $scheme://127.0.0.1:$port$path answered '$got' (HTTP version, status, bytes); want '2 200 $want'"
 }
 
 # ---------------------------------------------------------------------------
@@ -235,6 +252,19 @@ fi
 if has_part grpc; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/grpc-bench" ./bench/grpc-bench) || die "go build ./bench/grpc-bench failed"
 fi
+if has_part idle; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/idle-h2" ./bench/idle-h2) || die "go build ./bench/idle-h2 failed"
+fi
+if has_part h2tls; then
+	# A throwaway certificate for 127.0.0.1 (HAProxy wants certificate and
+	# key in one file).
+	mkdir -p "$WORK/tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+		-keyout "$WORK/tls/key.pem" -out "$WORK/tls/cert.pem" >"$WORK/tls/openssl.log" 2>&1 ||
+		{ cat "$WORK/tls/openssl.log" >&2; die "openssl could not make a test certificate"; }
+	cat "$WORK/tls/cert.pem" "$WORK/tls/key.pem" >"$WORK/tls/haproxy.pem"
+fi
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
@@ -242,12 +272,14 @@ declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fa
 # ebb serves HTTP/1.1 and h2c (prior knowledge) on one port; nginx and
 # HAProxy get a second, HTTP/2-only, port.
 declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT)
+declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT)
 
 USED_PORTS=("$ORIGIN_PORT")
 for p in $PROXIES; do
 	USED_PORTS+=("${PORT[$p]}")
-	if has_part h2c && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
+	if (has_part h2c || has_part idle) && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
+	if has_part h2tls && [[ -n ${TLS_PORT[$p]:-} ]]; then USED_PORTS+=("${TLS_PORT[$p]}"); fi
 done
 has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
 has_proxy base && USED_PORTS+=("$BASE_ADMIN_PORT")
@@ -351,6 +383,19 @@ EOF
 sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$BASE_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$BASE_PORT/" \
 	"$WORK/ebb/ebb.yaml" >"$WORK/base/ebb.yaml"
 
+# The h2tls part: a second listener with TLS (not in the base's copy: the
+# base runs no TLS variant).
+if has_part h2tls; then
+	awk -v port="$EBB_TLS_PORT" -v dir="$WORK/tls" '{ print } /^listeners:$/ {
+		print "  - name: bench-tls"
+		print "    address: 127.0.0.1:" port
+		print "    tls: { cert: \"" dir "/cert.pem\", key: \"" dir "/key.pem\" }"
+		print "    routes:"
+		print "      - match: { path_prefix: \"/\" }"
+		print "        cluster: origin"
+	}' "$WORK/ebb/ebb.yaml" >"$WORK/ebb/ebb.yaml.new" && mv "$WORK/ebb/ebb.yaml.new" "$WORK/ebb/ebb.yaml"
+fi
+
 # The grpc part: the same, in front of the gRPC server over h2c.
 cat >"$WORK/ebb/ebb-grpc.yaml" <<EOF
 admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
@@ -371,7 +416,7 @@ EOF
 # The h2c front ends of nginx and HAProxy exist only when the part runs.
 NGINX_H2C_SERVER=""
 HAPROXY_H2C_FRONTEND=""
-if has_part h2c; then
+if has_part h2c || has_part idle; then
 	# nginx 1.22 has no "http2 on;" (1.25.1+): "listen ... http2" without
 	# ssl is HTTP/2 with prior knowledge only.
 	NGINX_H2C_SERVER="
@@ -387,6 +432,25 @@ if has_part h2c; then
 	HAPROXY_H2C_FRONTEND="
 frontend bench_h2c
     bind 127.0.0.1:$HAPROXY_H2C_PORT proto h2
+    default_backend origin"
+fi
+if has_part h2tls; then
+	NGINX_H2C_SERVER+="
+    server {
+        listen 127.0.0.1:$NGINX_TLS_PORT ssl http2;
+        ssl_certificate     $WORK/tls/cert.pem;
+        ssl_certificate_key $WORK/tls/key.pem;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_max_temp_file_size 0;
+        }
+    }"
+	HAPROXY_H2C_FRONTEND+="
+
+frontend bench_h2tls
+    bind 127.0.0.1:$HAPROXY_TLS_PORT ssl crt $WORK/tls/haproxy.pem alpn h2
     default_backend origin"
 fi
 
@@ -495,8 +559,8 @@ start_proxy() {
 		check_body "$name" "$port" /64k "$LARGE_BYTES"
 		;;
 	h2load)
-		check_h2c "$name" "$port" / "$SMALL_BYTES"
-		check_h2c "$name" "$port" /64k "$LARGE_BYTES"
+		check_h2c "$name" "$port" / "$SMALL_BYTES" "${V_SCHEME[$v]}"
+		check_h2c "$name" "$port" /64k "$LARGE_BYTES" "${V_SCHEME[$v]}"
 		;;
 	grpc) check_grpc "$name" "$port" ;;
 	esac
@@ -562,7 +626,7 @@ to_us() {
 target_port() {
 	case ${V_KIND[$1]} in
 	wrk) echo "${PORT[$2]}" ;;
-	h2load) echo "${H2C_PORT[$2]}" ;;
+	h2load) if [[ ${V_SCHEME[$1]} == https ]]; then echo "${TLS_PORT[$2]}"; else echo "${H2C_PORT[$2]}"; fi ;;
 	grpc) echo "${GRPC_TARGET_PORT[$2]}" ;;
 	esac
 }
@@ -578,8 +642,8 @@ run_load() {
 	h2load)
 		# Prior knowledge (an http:// URL); --log-file: one line per request,
 		# for the percentiles.
-		cmd=(h2load -t1 -c"$H2_CONNS" -m"$H2_STREAMS" -D"$dur" --log-file="$out.log"
-			"http://127.0.0.1:$port${V_PATH[$v]}")
+		cmd=(h2load -t1 -c"${V_CONNS[$v]}" -m"${V_STREAMS[$v]}" -D"$dur" --log-file="$out.log"
+			"${V_SCHEME[$v]}://127.0.0.1:$port${V_PATH[$v]}")
 		;;
 	grpc)
 		cmd=("$WORK/bin/grpc-bench" -mode client -target "127.0.0.1:$port"
@@ -656,7 +720,7 @@ median() {
 # flight), label, targets (the proxies measured, or direct).
 read -r -a PROXY_LIST <<<"$PROXIES"
 VARIANTS=()
-declare -A V_KIND=() V_PATH=() V_CONNS=() V_LABEL=() V_TARGETS=()
+declare -A V_KIND=() V_PATH=() V_CONNS=() V_STREAMS=() V_SCHEME=() V_LABEL=() V_TARGETS=()
 if has_part h1; then
 	VARIANTS+=(small large latency)
 	V_KIND+=([small]=wrk [large]=wrk [latency]=wrk)
@@ -673,12 +737,28 @@ if has_part h2c; then
 	t=""
 	for p in "${PROXY_LIST[@]}"; do [[ $p == fasthttp ]] || t+=" $p"; done
 	[[ -n $t ]] || die "the h2c part needs ebb, nginx or haproxy in PROXIES"
-	VARIANTS+=(h2c)
-	V_KIND[h2c]=h2load
-	V_PATH[h2c]=/
-	V_CONNS[h2c]=$H2_CONNS
+	VARIANTS+=(h2c h2c-wide)
+	V_KIND+=([h2c]=h2load [h2c-wide]=h2load)
+	V_PATH+=([h2c]=/ [h2c-wide]=/)
+	V_SCHEME+=([h2c]=http [h2c-wide]=http)
+	V_CONNS+=([h2c]=$H2_CONNS [h2c-wide]=$H2_WIDE_CONNS)
+	V_STREAMS+=([h2c]=$H2_STREAMS [h2c-wide]=1)
 	V_LABEL[h2c]="h2c, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
-	V_TARGETS[h2c]=${t# }
+	V_LABEL[h2c-wide]="h2c, $SMALL_BYTES-byte body, $H2_WIDE_CONNS connections x 1 stream"
+	V_TARGETS+=([h2c]=${t# } [h2c-wide]=${t# })
+fi
+if has_part h2tls; then
+	t=""
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || t+=" $p"; done
+	[[ -n $t ]] || die "the h2tls part needs ebb, nginx or haproxy in PROXIES"
+	VARIANTS+=(h2tls)
+	V_KIND[h2tls]=h2load
+	V_PATH[h2tls]=/
+	V_SCHEME[h2tls]=https
+	V_CONNS[h2tls]=$H2_CONNS
+	V_STREAMS[h2tls]=$H2_STREAMS
+	V_LABEL[h2tls]="HTTP/2 over TLS, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
+	V_TARGETS[h2tls]=${t# }
 fi
 if has_part grpc; then
 	for c in $GRPC_CONCURRENCY; do
@@ -807,12 +887,44 @@ for v in "${VARIANTS[@]}"; do
 		[[ $p != direct ]] || continue
 		RSS[$v,$p]=$(peak_rss_kb "$p")
 	done
-	if [[ $PROFILE == 1 && ${V_KIND[$v]} == h2load && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
+	if [[ $PROFILE == 1 && $v == h2c && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
 		profile_ebb "$v"
 	fi
 	for p in "${TARGETS[@]}"; do stop_pid "$p"; done
 done
 stop_pid grpc-server
+
+# The idle part: each proxy, fresh, gets IDLE_CONNS h2c connections that
+# make one request each and then stay open; what they cost is the growth
+# of its VmRSS (nginx: the worker's).
+declare -A IDLE_BEFORE=() IDLE_AFTER=()
+IDLE_TARGETS=()
+if has_part idle; then
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || IDLE_TARGETS+=("$p"); done
+	((${#IDLE_TARGETS[@]} > 0)) || die "the idle part needs ebb, nginx or haproxy in PROXIES"
+	V_KIND[idle]=h2load
+	V_SCHEME[idle]=http
+	for p in "${IDLE_TARGETS[@]}"; do
+		log "idle: $IDLE_CONNS idle HTTP/2 connections to $p"
+		start_proxy "$p" idle
+		w=$(worker_pid "$p")
+		IDLE_BEFORE[$p]=$(awk '/^VmRSS:/ { print $2 }' "/proc/$w/status")
+		out=$WORK/idle-$p.txt
+		timeout --kill-after=5 120 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" \
+			-target "127.0.0.1:${H2C_PORT[$p]}" -conns "$IDLE_CONNS" -hold 60s >"$out" 2>&1 &
+		PID[idle-load]=$!
+		for ((i = 0; i < 600; i++)); do # up to 60 s
+			grep -q '^ready' "$out" && break
+			alive "${PID[idle-load]}" || break
+			sleep 0.1
+		done
+		grep -q '^ready' "$out" || { cat "$out" >&2; die "idle-h2 could not open $IDLE_CONNS connections to $p"; }
+		IDLE_AFTER[$p]=$(awk '/^VmRSS:/ { print $2 }' "/proc/$w/status")
+		log "  $p: VmRSS ${IDLE_BEFORE[$p]} kB, then ${IDLE_AFTER[$p]} kB"
+		stop_pid idle-load
+		stop_pid "$p"
+	done
+fi
 
 # ---------------------------------------------------------------------------
 # Report
@@ -863,7 +975,9 @@ headline() {
 ORIGINS="nginx"
 has_part grpc && ORIGINS+="; the gRPC server for gRPC"
 LOADGENS="\`taskset -c $LOAD_CPU wrk -t1\`"
-has_part h2c && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS\`"
+has_part h2c && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS\` and \`-c$H2_WIDE_CONNS -m1\`"
+has_part h2tls && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS https://\`"
+has_part idle && LOADGENS+=", bench/idle-h2"
 has_part grpc && LOADGENS+=", the gRPC client"
 {
 	echo "# ebb benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -932,16 +1046,28 @@ has_part grpc && LOADGENS+=", the gRPC client"
 			echo
 			headline small
 		fi
-		if has_part h2c; then
+		for v in h2c h2c-wide h2tls; do
+			[[ -n ${V_LABEL[$v]:-} ]] || continue
 			echo
-			echo "## Headline, ${V_LABEL[h2c]}"
+			echo "## Headline, ${V_LABEL[$v]}"
 			echo
-			headline h2c
-		fi
+			headline "$v"
+		done
 		if [[ -n $PROFILE_FILE ]]; then
 			echo
 			echo "ebb's CPU and allocation profile under the h2c load: \`results/$(basename "$PROFILE_FILE")\`."
 		fi
+	fi
+	if ((${#IDLE_TARGETS[@]} > 0)); then
+		echo
+		echo "## Memory per idle HTTP/2 connection, $IDLE_CONNS connections (bench/idle-h2)"
+		echo
+		echo "| proxy | VmRSS before | with the connections | per connection |"
+		echo "|---|---:|---:|---:|"
+		for p in "${IDLE_TARGETS[@]}"; do
+			awk -v p="$p" -v a="${IDLE_BEFORE[$p]}" -v b="${IDLE_AFTER[$p]}" -v n="$IDLE_CONNS" \
+				'BEGIN { printf "| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", p, a / 1024, b / 1024, (b - a) / n }'
+		done
 	fi
 	echo
 	echo "## Errors"

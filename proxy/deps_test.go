@@ -38,11 +38,11 @@ var layers = map[string]int{
 // allowed lists, for each library an engine stands on, the packages whose
 // non-test code may import it. The fixtures (proxy/proxytest and
 // proxy/internal/enginetest) serve tests only; bench/fasthttp-bare is the bare fasthttp proxy the
-// benchmark measures ebb against.
+// benchmark measures ebb against, bench/idle-h2 a load client of its.
 var allowed = map[string][]string{
 	"github.com/valyala/fasthttp": {"proxy/headers", "proxy/upstream", "proxy/cluster", "proxy/h1", "proxy/h2",
 		"proxy/internal/enginetest", "proxy/proxytest", "bench/fasthttp-bare"},
-	"golang.org/x/net/http2": {"proxy/h2", "proxy/proxytest"},
+	"golang.org/x/net/http2": {"proxy/h2", "proxy/proxytest", "bench/idle-h2"},
 }
 
 // serverSide are net/http's server-side names: only the admin server,

@@ -181,7 +181,6 @@ type Conn struct {
 	done chan struct{}
 
 	// The read loop's own.
-	hbuf       []byte  // a HEADERS or CONTINUATION payload
 	cur        *Stream // the stream whose header block is being decoded (nil: discarded)
 	curEnd     bool    // the block's HEADERS ended the stream
 	curRefuse  bool    // the block opens a stream that is refused
@@ -554,6 +553,17 @@ func (c *Conn) readErr(err error) error {
 	return err
 }
 
+// blockBufs holds buffers for header block fragments too large to be
+// read in place.
+var blockBufs = sync.Pool{New: func() any { b := make([]byte, frameSize); return &b }}
+
+func (c *Conn) onBlockFrame(fh http2.FrameHeader, p []byte) error {
+	if fh.Type == http2.FrameHeaders {
+		return c.onHeaders(fh, p)
+	}
+	return c.onContinuation(fh, p)
+}
+
 // process handles one frame whose header has been read.
 func (c *Conn) process(fh http2.FrameHeader) error {
 	switch fh.Type {
@@ -561,17 +571,27 @@ func (c *Conn) process(fh http2.FrameHeader) error {
 		if fh.Type == http2.FrameHeaders {
 			c.emptyRun = 0
 		}
-		if cap(c.hbuf) < int(fh.Length) {
-			c.hbuf = make([]byte, fh.Length, frameSize)
+		n := int(fh.Length)
+		if n <= c.br.Size() {
+			// The usual case: the payload is read in place, and consumed
+			// once processed (the decoder copies what it keeps).
+			p, err := c.br.Peek(n)
+			if err != nil {
+				return c.readErr(err)
+			}
+			err = c.onBlockFrame(fh, p)
+			_, _ = c.br.Discard(n)
+			return err
 		}
-		p := c.hbuf[:fh.Length]
+		// A large block fragment: read into a pooled buffer, so that an
+		// idle connection holds none.
+		bp := blockBufs.Get().(*[]byte)
+		defer blockBufs.Put(bp)
+		p := (*bp)[:n]
 		if _, err := io.ReadFull(c.br, p); err != nil {
 			return c.readErr(err)
 		}
-		if fh.Type == http2.FrameHeaders {
-			return c.onHeaders(fh, p)
-		}
-		return c.onContinuation(fh, p)
+		return c.onBlockFrame(fh, p)
 	}
 	switch fh.Type {
 	case http2.FrameData:

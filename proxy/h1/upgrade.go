@@ -59,7 +59,7 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 	up.SetReadDeadline(time.Now().Add(timeout))
 	br := bufio.NewReaderSize(up, upstream.ReadBufferSize)
 	resp := &ctx.Response
-	if _, err := upstream.ReadResponseHeader(resp, br); err != nil {
+	if _, err := upstream.ReadResponseHeader(resp, br, nil); err != nil {
 		up.Close()
 		kind := upstream.KindBroken
 		if upstream.IsTimeout(err) {

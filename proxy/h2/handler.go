@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"sync"
@@ -221,7 +223,21 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 		Method: string(st.Method()), URL: u, Host: string(st.Authority()),
 		Proto: "HTTP/2.0", ProtoMajor: 2, Header: h,
 	}
-	out = out.WithContext(st.Context())
+	// 103 Early Hints from the upstream go on to the client as they come.
+	out = out.WithContext(httptrace.WithClientTrace(st.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			if code == http.StatusEarlyHints {
+				var fields [][2]string
+				for k, vv := range h {
+					for _, v := range vv {
+						fields = append(fields, [2]string{k, v})
+					}
+				}
+				st.Interim(code, fields)
+			}
+			return nil
+		},
+	}))
 	if c.body != nil {
 		out.ContentLength = st.ContentLength()
 		if out.ContentLength < 0 {

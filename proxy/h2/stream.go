@@ -295,6 +295,34 @@ func (st *Stream) End() error {
 	return nil
 }
 
+// Interim sends an interim (1xx) response with fields, such as a 103
+// Early Hints the upstream sent. Unlike the other response methods it may
+// be called from any goroutine (an upstream transport's) until the final
+// response is sent; after that it does nothing.
+func (st *Stream) Interim(status int, fields [][2]string) {
+	if status < 100 || status >= 200 || status == 101 {
+		return
+	}
+	blk := appendStatus(nil, status)
+	var tmp [64]byte
+	for _, f := range fields {
+		name := lower(tmp[:0], f[0])
+		if len(name) == 0 || name[0] == ':' || connectionSpecific(name) {
+			continue
+		}
+		blk = appendField(blk, name, f[1])
+	}
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.reset || st.finalSent {
+		return
+	}
+	st.hq = append(st.hq, blk...)
+	st.hqItems = append(st.hqItems, headerItem{n: len(blk)})
+	c.queueLocked(st)
+}
+
 // Reset resets the stream with code (a response cut short: INTERNAL_ERROR;
 // the client's request given up: CANCEL).
 func (st *Stream) Reset(code http2.ErrCode) {
@@ -439,4 +467,9 @@ func (st *Stream) clear() {
 	trailers.reset()
 	*st = Stream{fields: fields, pseudo: pseudo, trailers: trailers, hq: hq, hqItems: hqItems,
 		trailerBlk: trailerBlk, hb: hb, in: in, out: out, stopWatch: stop}
+}
+
+// Interim passes an upstream's interim response on (upstream.InterimSink).
+func (sc *streamContext) Interim(status int, fields [][2]string) {
+	(*Stream)(sc).Interim(status, fields)
 }

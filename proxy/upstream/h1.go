@@ -171,7 +171,8 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 		return a.fail(KindBroken, err)
 	}
 	br := t.hc.AcquireReader(a.conn)
-	if nothing, err := ReadResponseHeader(resp, br); err != nil {
+	sink, _ := ctx.(InterimSink)
+	if nothing, err := ReadResponseHeader(resp, br, sink); err != nil {
 		t.hc.ReleaseReader(br)
 		switch {
 		case writeErr != nil && IsTimeout(writeErr):
@@ -344,17 +345,33 @@ func cancelled(stop func() bool) bool { return stop != nil && !stop() }
 // closes the upstream's side there, as its idle timeout would.
 var testHookChecked = func() {}
 
+// InterimSink is a context whose client can be sent interim responses as
+// the upstream sends them (the HTTP/2 engine's streams): 103 Early Hints
+// are passed on (RFC 8297), other 1xx are not.
+type InterimSink interface {
+	Interim(status int, fields [][2]string)
+}
+
 // ReadResponseHeader reads the final response header, skipping interim
-// (1xx) responses other than 101. nothing reports that the connection
-// ended before a single response byte.
-func ReadResponseHeader(resp *fasthttp.Response, br *bufio.Reader) (nothing bool, err error) {
+// (1xx) responses other than 101; a 103 goes to sink if there is one.
+// nothing reports that the connection ended before a single response
+// byte.
+func ReadResponseHeader(resp *fasthttp.Response, br *bufio.Reader, sink InterimSink) (nothing bool, err error) {
 	for i := range 16 {
 		if err := resp.Header.Read(br); err != nil {
 			// fasthttp reports any failure on the first byte as io.EOF.
 			return i == 0 && err == io.EOF, err
 		}
-		if s := resp.StatusCode(); s >= 200 || s == fasthttp.StatusSwitchingProtocols {
+		s := resp.StatusCode()
+		if s >= 200 || s == fasthttp.StatusSwitchingProtocols {
 			return false, nil
+		}
+		if s == fasthttp.StatusEarlyHints && sink != nil {
+			var fields [][2]string
+			for k, v := range resp.Header.All() {
+				fields = append(fields, [2]string{string(k), string(v)})
+			}
+			sink.Interim(s, fields)
 		}
 	}
 	return false, errors.New("upstream: too many interim responses")

@@ -227,6 +227,7 @@ type Conn struct {
 	// max_concurrent_streams. Below zero, the connection ends.
 	resetBudget int
 	unwinding   int       // handlers still running for streams reset under them
+	running     int       // handlers running
 	free        []*Stream // streams to give back to the pool at unlock (see recycleLocked)
 	reported    bool      // the state last told to StateChanged: active
 	stateDirty  bool      // the number of streams went to or from 0: report it (unlock)
@@ -1065,6 +1066,7 @@ func (c *Conn) endRequest(st *Stream) error {
 		return nil
 	}
 	c.handlers.Add(1)
+	c.running++
 	c.srv.workers.serve(st)
 	return nil
 }
@@ -1379,6 +1381,7 @@ func (c *Conn) handlerDone(st *Stream) {
 	c.mu.Lock()
 	defer c.unlock()
 	st.handlerDone = true
+	c.running--
 	if st.unwinding {
 		c.unwinding--
 	}
@@ -1489,10 +1492,11 @@ func (c *Conn) writeLoop() {
 	for {
 		c.mu.Lock()
 		c.fillLocked()
-		if len(c.pend) > 0 && len(c.pend) < minBatch && !yielded && !c.wclose {
-			// Little to write: the handlers that are about to queue more
-			// get to run first, so that one system call carries what
-			// several of them answer (grpc-go's writer does the same).
+		if len(c.pend) > 0 && len(c.pend) < minBatch && c.running > 0 && !yielded && !c.wclose {
+			// Little to write while handlers are still at work: those
+			// about to queue more get to run first, so that one system
+			// call carries what several of them answer (grpc-go's writer
+			// does the same). With none running, nothing is coming.
 			yielded = true
 			c.unlock()
 			runtime.Gosched()

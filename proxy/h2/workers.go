@@ -14,18 +14,19 @@ const workerIdle = 10 * time.Second
 // instead of ending: a stream then costs no goroutine start and no
 // allocation, and runs on a stack already grown to what forwarding needs.
 // The most recently idle worker is used first, so that a quiet server's
-// extra workers end after workerIdle; all idle ones end with the server's
-// last connection.
+// extra workers end after workerIdle (to twice that); all idle ones end
+// with the server's last connection.
 type workerPool struct {
 	mu    sync.Mutex
 	idle  []*worker // the most recently idle last
 	conns int       // connections being served
+	sweep uint64    // sweeps so far
 	stop  chan struct{}
 }
 
 type worker struct {
-	ch   chan *Stream // the next stream; nil: end
-	last time.Time    // when it went idle
+	ch    chan *Stream // the next stream; nil: end
+	since uint64       // the sweep count when it went idle
 }
 
 // serve runs st's handler on an idle worker, or on a new one.
@@ -52,7 +53,7 @@ func (p *workerPool) run(w *worker, st *Stream) {
 			p.mu.Unlock()
 			return
 		}
-		w.last = time.Now()
+		w.since = p.sweep
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
 		st = <-w.ch
@@ -67,7 +68,7 @@ func (p *workerPool) connStarted() {
 	p.conns++
 	if p.conns == 1 {
 		p.stop = make(chan struct{})
-		go p.sweep(p.stop)
+		go p.sweeper(p.stop)
 	}
 }
 
@@ -93,18 +94,21 @@ func (p *workerPool) endIdleLocked(n int) {
 	p.idle = p.idle[:k]
 }
 
-// sweep ends workers idle for workerIdle, until stop is closed.
-func (p *workerPool) sweep(stop chan struct{}) {
+// sweeper ends, every workerIdle, the workers that have been idle since
+// before the last sweep (so for workerIdle to twice that), until stop is
+// closed. Counting sweeps spares the workers a clock reading per stream.
+func (p *workerPool) sweeper(stop chan struct{}) {
 	t := time.NewTicker(workerIdle)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
 			p.mu.Lock()
+			p.sweep++
 			n := 0
-			for n < len(p.idle) && now.Sub(p.idle[n].last) >= workerIdle {
+			for n < len(p.idle) && p.idle[n].since+1 < p.sweep {
 				n++
 			}
 			p.endIdleLocked(n)

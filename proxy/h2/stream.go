@@ -150,7 +150,8 @@ func (st *Stream) Context() context.Context { return (*streamContext)(st) }
 // io.EOF.
 func (st *Stream) Trailers() *fieldList { return &st.trailers }
 
-// Read reads the request body. It returns io.EOF at its end, and
+// Read reads the request body. It returns io.EOF at its end (with the
+// last bytes when they are there), and
 // ErrStreamReset if the stream was reset before. Reading credits the
 // bytes back to the client's flow-control window: ebb holds at most a
 // window of body per stream.
@@ -183,6 +184,11 @@ func (st *Stream) Read(p []byte) (int, error) {
 	}
 	st.unacked += int64(n)
 	c.creditLocked(st)
+	if st.inOff == len(st.in) && st.inErr == io.EOF {
+		// The body's end with its last bytes: an HTTP/2 upstream then
+		// gets them with END_STREAM in one DATA frame, not two.
+		return n, io.EOF
+	}
 	return n, nil
 }
 

@@ -18,7 +18,8 @@
 #         h2c connections, one request each, and holds them; the proxy's
 #         VmRSS before and after, over the connections
 #   grpc  unary gRPC calls (bench/grpc-bench) straight to a Go gRPC server
-#         ("direct") and through ebb (protocol: h2c upstream)
+#         ("direct") and through ebb (protocol: h2c upstream), nginx
+#         (grpc_pass) and HAProxy (proto h2 server)
 #
 # Layout (2 CPUs):
 #   CPU 0: the proxy under test (all of a variant's proxies run, only the
@@ -49,6 +50,7 @@
 #   BASE_PORT=18090 BASE_ADMIN_PORT=18091
 #   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
 #   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
+#   NGINX_GRPC_PORT=18095 HAPROXY_GRPC_PORT=18096
 #   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
 set -euo pipefail
 
@@ -79,6 +81,8 @@ NGINX_H2C_PORT=${NGINX_H2C_PORT:-18084}
 HAPROXY_H2C_PORT=${HAPROXY_H2C_PORT:-18085}
 GRPC_PORT=${GRPC_PORT:-18086}
 EBB_GRPC_PORT=${EBB_GRPC_PORT:-18087}
+NGINX_GRPC_PORT=${NGINX_GRPC_PORT:-18095}
+HAPROXY_GRPC_PORT=${HAPROXY_GRPC_PORT:-18096}
 EBB_ADMIN_PORT=${EBB_ADMIN_PORT:-18089}
 KEEP_WORK=${KEEP_WORK:-0}
 
@@ -273,7 +277,7 @@ declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fa
 # HAProxy get a second, HTTP/2-only, port.
 declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT)
 declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
-declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT)
+declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT [nginx]=$NGINX_GRPC_PORT [haproxy]=$HAPROXY_GRPC_PORT)
 
 USED_PORTS=("$ORIGIN_PORT")
 for p in $PROXIES; do
@@ -285,6 +289,8 @@ has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
 has_proxy base && USED_PORTS+=("$BASE_ADMIN_PORT")
 has_part grpc && USED_PORTS+=("$GRPC_PORT")
 has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
+has_part grpc && has_proxy nginx && USED_PORTS+=("$NGINX_GRPC_PORT")
+has_part grpc && has_proxy haproxy && USED_PORTS+=("$HAPROXY_GRPC_PORT")
 for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
 	port_free "$port" || die "port $port on 127.0.0.1 is already in use"
 done
@@ -434,6 +440,23 @@ frontend bench_h2c
     bind 127.0.0.1:$HAPROXY_H2C_PORT proto h2
     default_backend origin"
 fi
+if has_part grpc; then
+	NGINX_H2C_SERVER+="
+    server {
+        listen 127.0.0.1:$NGINX_GRPC_PORT http2;
+        location / {
+            grpc_pass grpc://grpc_origin;
+        }
+    }"
+	HAPROXY_H2C_FRONTEND+="
+
+frontend bench_grpc
+    bind 127.0.0.1:$HAPROXY_GRPC_PORT proto h2
+    default_backend grpc_origin
+
+backend grpc_origin
+    server grpc 127.0.0.1:$GRPC_PORT proto h2"
+fi
 if has_part h2tls; then
 	NGINX_H2C_SERVER+="
     server {
@@ -480,6 +503,11 @@ http {
         keepalive 256;   # idle connections kept: above the most in flight (h2c: 8 x 16)
         keepalive_requests 1000000;
         keepalive_timeout 60s;
+    }
+    upstream grpc_origin {
+        server 127.0.0.1:$GRPC_PORT;
+        keepalive 64;
+        keepalive_requests 1000000;
     }
     server {
         listen 127.0.0.1:$NGINX_PORT;
@@ -771,7 +799,9 @@ if has_part grpc; then
 		V_CONNS[$v]=$c
 		V_LABEL[$v]="gRPC unary, $SMALL_BYTES-byte echo, $c call$plural in flight"
 		V_TARGETS[$v]=direct
-		if has_proxy ebb; then V_TARGETS[$v]+=" ebb"; fi
+		for p in ebb nginx haproxy; do
+			if has_proxy $p; then V_TARGETS[$v]+=" $p"; fi
+		done
 	done
 fi
 
@@ -1007,21 +1037,22 @@ has_part grpc && LOADGENS+=", the gRPC client"
 			echo "| path | calls/s | vs direct | µs CPU/call | p50 | p99 | peak RSS |"
 			echo "|---|---:|---:|---:|---:|---:|---:|"
 			dir=$(col "$v" direct rps)
-			for p in direct ebb; do
+			for p in direct ebb nginx haproxy; do
 				has_target "$v" "$p" || continue
 				cpu=$(col "$v" "$p" cpu_us_per_req)
 				[[ $p == direct ]] && cpu="–" || cpu=$(printf '%.2f' "$cpu")
 				printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' \
-					"$([[ $p == direct ]] && echo direct || echo "through ebb")" "$(col "$v" "$p" rps)" \
+					"$([[ $p == direct ]] && echo direct || echo "through $p")" "$(col "$v" "$p" rps)" \
 					"$(ratio "$(col "$v" "$p" rps)" "$dir")" "$cpu" \
 					"$(fmt_us "$(col "$v" "$p" p50_us)")" "$(fmt_us "$(col "$v" "$p" p99_us)")" "$(fmt_rss "$v" "$p")"
 			done
-			if has_target "$v" ebb; then
-				echo
-				awk -v a="$(col "$v" ebb p50_us)" -v b="$(col "$v" direct p50_us)" \
-					-v c="$(col "$v" ebb p99_us)" -v d="$(col "$v" direct p99_us)" \
-					'BEGIN { printf "ebb adds %+.0f µs at p50, %+.0f µs at p99.\n", a - b, c - d }'
-			fi
+			echo
+			for p in ebb nginx haproxy; do
+				has_target "$v" "$p" || continue
+				awk -v p="$p" -v a="$(col "$v" "$p" p50_us)" -v b="$(col "$v" direct p50_us)" \
+					-v c="$(col "$v" "$p" p99_us)" -v d="$(col "$v" direct p99_us)" \
+					'BEGIN { printf "%s adds %+.0f µs at p50, %+.0f µs at p99.  \n", p, a - b, c - d }'
+			done
 			continue
 		fi
 		echo "| proxy | req/s | vs nginx | vs HAProxy | µs CPU/req | p50 | p99 | peak RSS |"

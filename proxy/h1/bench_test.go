@@ -19,10 +19,7 @@ import (
 // connection, and metrics. Its allocs/op is the figure the design holds at
 // zero.
 func BenchmarkHandlerGet(b *testing.B) {
-	// Like most servers, the origin says "Connection: keep-alive", which
-	// ebb must strip on every response.
-	origin := proxytest.RawOrigin(b, []byte("HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nContent-Length: 64\r\n\r\n"+
-		"0123456789012345678901234567890123456789012345678901234567890123"))
+	origin := proxytest.RawOrigin(b, []byte(proxytest.BenchResponse))
 	e := enginetest.New(b, nil, origin)
 	client, server := net.Pipe()
 	defer client.Close()

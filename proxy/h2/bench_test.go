@@ -26,8 +26,7 @@ import (
 // side allocates nothing, so allocs/op is the engine's: the figure the
 // design holds at zero.
 func BenchmarkStreamGet(b *testing.B) {
-	origin := proxytest.RawOrigin(b, []byte("HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nContent-Length: 64\r\n\r\n"+
-		"0123456789012345678901234567890123456789012345678901234567890123"))
+	origin := proxytest.RawOrigin(b, []byte(proxytest.BenchResponse))
 	e := enginetest.New(b, nil, origin)
 	cl := startBench(b, &h2.Server{Handler: h2.Forwarder(e.Listener)}, e.Registry)
 	fields := [][2]string{

@@ -62,6 +62,12 @@ func ReadHeader(br *bufio.Reader) bool {
 	}
 }
 
+// BenchResponse is what the engines' benchmarks have the origin answer: a
+// 64-byte body, and "Connection: keep-alive", as most servers say, which
+// ebb must strip on every response.
+const BenchResponse = "HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nContent-Length: 64\r\n\r\n" +
+	"0123456789012345678901234567890123456789012345678901234567890123"
+
 // RawOrigin answers every request with fixed bytes, allocating nothing, so
 // that a benchmark's allocations are ebb's alone.
 func RawOrigin(tb testing.TB, response []byte) string {

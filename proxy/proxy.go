@@ -41,8 +41,8 @@ var ErrClosed = errors.New("proxy: closed")
 
 // Proxy serves every listener of one configuration.
 //
-// listeners and snap are set by New and fixed after (live reload, which
-// will swap snap, is yet to come). mu guards started and closed.
+// listeners are set by New and fixed after; snap is swapped whole by
+// Update (live reload). mu guards started and closed.
 type Proxy struct {
 	log       *slog.Logger
 	access    *slog.Logger // nil unless telemetry.log.access
@@ -58,6 +58,10 @@ type Proxy struct {
 	started bool
 	closed  bool
 	wg      sync.WaitGroup // serving goroutines
+
+	updateMu  sync.Mutex    // one Update at a time
+	cfgStatic config.Config // the configuration last applied, for what Update cannot change
+	disc      discoveries
 }
 
 // New builds a proxy for cfg. It binds nothing until Start.
@@ -66,12 +70,13 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
-	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace}
+	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace, cfgStatic: *cfg}
+	p.disc.log = func(c *cluster.Cluster, err error) { log.Error("discovery stopped", "cluster", c.Name(), "err", err) }
 	if cfg.Telemetry.Log.Access {
 		p.access = log.With("log", "access")
 	}
 	// The snapshot first: the listeners' engines read it.
-	p.snap.Store(route.Build(cfg, m, reg, log))
+	p.snap.Store(route.Build(cfg, m, reg, log, nil))
 	for i, l := range cfg.Listeners {
 		p.listeners = append(p.listeners, newListener(p, i, l))
 	}
@@ -119,18 +124,12 @@ func (p *Proxy) Endpoints() []cluster.State {
 	return out
 }
 
-// RunDiscovery runs every cluster's endpoint source, feeding updates into
-// the clusters, until ctx ends. It returns once every source has stopped.
+// RunDiscovery runs the endpoint source of every cluster in service,
+// feeding updates into the clusters, until ctx ends; Update starts those
+// of the clusters it adds and stops those it removes. It returns once
+// every source has stopped.
 func (p *Proxy) RunDiscovery(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, c := range p.snap.Load().Clusters {
-		wg.Go(func() {
-			if err := c.RunDiscovery(ctx); err != nil {
-				p.log.Error("discovery stopped", "cluster", c.Name(), "err", err)
-			}
-		})
-	}
-	wg.Wait()
+	p.disc.run(ctx, func() map[string]*cluster.Cluster { return p.snap.Load().Clusters })
 }
 
 // Addr returns the bound address of the named listener, or nil.

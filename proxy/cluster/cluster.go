@@ -292,6 +292,17 @@ func (c *Cluster) firstAvailable(eps []*Endpoint, from *Endpoint) *Endpoint {
 	return from
 }
 
+// Retire takes a cluster a reload removed out of service: its endpoints
+// are removed, as discovery removes one (requests in flight finish, then
+// their connections close instead of going back to a pool), and their
+// idle connections close now.
+func (c *Cluster) Retire() {
+	for _, ep := range *c.all.Load() {
+		ep.removed.Store(true)
+		ep.closeIdle()
+	}
+}
+
 // close closes the idle upstream connections of every endpoint.
 func (c *Cluster) Close() {
 	for _, ep := range *c.all.Load() {

@@ -37,9 +37,10 @@ type Metrics struct {
 	ejections      metric.Int64Counter
 	emptyUpdates   metric.Int64Counter
 
-	start  time.Time // of the cumulative series
-	mu     sync.Mutex
-	routes []*Route // guarded by mu; appended when snapshots are built
+	start   time.Time // of the cumulative series
+	mu      sync.Mutex
+	routes  []*Route             // guarded by mu; appended when snapshots are built
+	byRoute map[[2]string]*Route // guarded by mu: a reload's snapshot counts on where the last left off
 }
 
 // New creates the instruments on m; the connection and drain gauges read
@@ -177,8 +178,16 @@ type Route struct {
 }
 
 // ForRoute returns the request counters of one listener and cluster
-// pair (cluster "" counts the requests no route matched).
+// pair (cluster "" counts the requests no route matched): the same ones
+// for the same pair, so that a snapshot built by a reload counts on.
 func (m *Metrics) ForRoute(listener, cluster string) *Route {
+	key := [2]string{listener, cluster}
+	m.mu.Lock()
+	if rm := m.byRoute[key]; rm != nil {
+		m.mu.Unlock()
+		return rm
+	}
+	m.mu.Unlock()
 	rm := &Route{}
 	for p := range numProtos {
 		base := []attribute.KeyValue{
@@ -193,8 +202,15 @@ func (m *Metrics) ForRoute(listener, cluster string) *Route {
 		rm.buckets[p] = make([]atomic.Uint64, len(durationBounds)+1)
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev := m.byRoute[key]; prev != nil {
+		return prev // built meanwhile by another snapshot
+	}
+	if m.byRoute == nil {
+		m.byRoute = make(map[[2]string]*Route)
+	}
+	m.byRoute[key] = rm
 	m.routes = append(m.routes, rm)
-	m.mu.Unlock()
 	return rm
 }
 

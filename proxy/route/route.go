@@ -6,6 +6,7 @@ package route
 
 import (
 	"log/slog"
+	"reflect"
 	"strings"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -22,11 +23,19 @@ type Snapshot struct {
 	Clusters map[string]*cluster.Cluster
 }
 
-// Build compiles routes and clusters of cfg. Each cluster loads its
-// endpoints once from its source; the caller runs discovery afterwards.
-func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slog.Logger) *Snapshot {
+// Build compiles routes and clusters of cfg. A cluster of prev (nil: none)
+// whose configuration is the same is taken over as it is: its endpoints,
+// pools, health and discovery go on. Each new cluster loads its endpoints
+// once from its source; the caller runs its discovery afterwards.
+func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slog.Logger, prev *Snapshot) *Snapshot {
 	s := &Snapshot{Clusters: make(map[string]*cluster.Cluster, len(cfg.Clusters))}
 	for _, c := range cfg.Clusters {
+		if prev != nil {
+			if old := prev.Clusters[c.Name]; old != nil && reflect.DeepEqual(*old.Config(), c) {
+				s.Clusters[c.Name] = old
+				continue
+			}
+		}
 		s.Clusters[c.Name] = cluster.New(c, m.ForCluster(c.Name), reg, log)
 	}
 	for _, l := range cfg.Listeners {

@@ -48,7 +48,7 @@ func New(tb testing.TB, set func(*config.Cluster), origins ...string) *Engine {
 		tb.Fatal(err)
 	}
 	snap := &atomic.Pointer[route.Snapshot]{}
-	snap.Store(route.Build(cfg, m, reg, proxytest.Discard()))
+	snap.Store(route.Build(cfg, m, reg, proxytest.Discard(), nil))
 	tb.Cleanup(snap.Load().Close)
 	l := &forward.Listener{Config: cfg.Listeners[0], Snapshot: snap, Registry: reg, Log: proxytest.Discard()}
 	return &Engine{Listener: l, H1: h1.New(l), Registry: reg, Cluster: snap.Load().Clusters["origin"]}

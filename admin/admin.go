@@ -51,7 +51,10 @@ type Options struct {
 	Drain func(cause string)
 	// Shutdown skips to the forced close (nil: no /shutdown).
 	Shutdown func(cause string)
-	Log      *slog.Logger
+	// Reload reloads the configuration (nil: no /reload), returning what
+	// it did (JSON) and whether the new configuration was applied.
+	Reload func(trigger string) (result any, applied bool)
+	Log    *slog.Logger
 }
 
 // Server is the admin server.
@@ -99,6 +102,17 @@ func Start(o Options) (*Server, error) {
 			// ignores them), so a repeated POST is accepted as well.
 			o.Drain("admin /drain from " + r.RemoteAddr)
 			text(w, http.StatusAccepted, "draining")
+		})
+	}
+	if o.Reload != nil {
+		mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
+			res, applied := o.Reload("admin /reload from " + r.RemoteAddr)
+			w.Header().Set("Content-Type", "application/json")
+			if !applied {
+				// The request was fine; the configuration file was not.
+				w.WriteHeader(http.StatusUnprocessableEntity)
+			}
+			_ = json.NewEncoder(w).Encode(res)
 		})
 	}
 	if o.Shutdown != nil {

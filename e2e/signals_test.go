@@ -1,37 +1,222 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 )
 
-// sighupIgnored is what ebb logs for a SIGHUP it does not drain on.
-const sighupIgnored = "SIGHUP: configuration reload is not available in this version; ebb keeps running on its current configuration (restart it to apply a new one)"
+// nameOrigin answers every request with its name.
+func nameOrigin(t *testing.T, name string) string {
+	t.Helper()
+	return hostPort(newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, name)
+	})))
+}
 
-// TestSIGHUPDoesNotStop sends SIGHUP, the nginx and HAProxy operator's
-// reload reflex, twice to an ebb whose drain.signals is the default: ebb
-// logs it, keeps serving, and is not drained (nor forced by the second
-// one); SIGTERM then drains it as usual.
-func TestSIGHUPDoesNotStop(t *testing.T) {
-	t.Parallel()
-	origin := newOrigin(t, basicOrigin())
-	e := startEbb(t, singleClusterYAML(hostPort(origin)))
-	client := newClient(t)
-
-	for i := range 2 {
-		e.signal(syscall.SIGHUP)
-		awaitLogLines(t, e, sighupIgnored, i+1)
+// routeYAML is a configuration whose one route goes to cluster to.
+func routeYAML(to string, clusters map[string]string) string {
+	y := fmt.Sprintf(`admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: "/" }
+        cluster: %s
+clusters:
+`, to)
+	for _, name := range []string{"a", "b"} {
+		if addr, ok := clusters[name]; ok {
+			y += fmt.Sprintf("  - name: %s\n    discovery: { static: [%q] }\n", name, addr)
+		}
 	}
-	req, _ := http.NewRequest(http.MethodGet, e.url("public", "/hello"), nil)
-	if status, body, _ := do(t, client, req); status != 200 || string(body) != "hello, world\n" {
-		t.Fatalf("after SIGHUP: status %d, body %q; want 200 \"hello, world\\n\"", status, body)
+	return y
+}
+
+// TestReload changes the configuration file of a running ebb and has it
+// reloaded by each trigger, with one keep-alive client throughout: SIGHUP
+// (twice: it never drains nor stops ebb whose drain.signals is the
+// default), POST /reload and `ebb reload`. Each good file is in force for
+// the client's next request on the same connection; each bad one (a YAML
+// syntax error, a route to an unknown cluster, a file gone) is rejected by
+// every trigger with its problems, and the running configuration keeps
+// serving. /config shows the generation; SIGTERM then drains as usual.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	origins := map[string]string{"a": nameOrigin(t, "A"), "b": nameOrigin(t, "B")}
+	e := startEbb(t, routeYAML("a", origins))
+	// The listener binds :0: later files name the port it got, so that
+	// they do not ask for a listener change.
+	port := e.addr("public")[strings.LastIndexByte(e.addr("public"), ':')+1:]
+	fileFor := func(to string, clusters map[string]string) string {
+		return strings.Replace(routeYAML(to, clusters), "127.0.0.1:0\n    routes", "127.0.0.1:"+port+"\n    routes", 1)
+	}
+	adminAddr := strings.TrimPrefix(e.adminURL(""), "http://")
+	fileFor = func(f func(string, map[string]string) string) func(string, map[string]string) string {
+		return func(to string, c map[string]string) string {
+			return strings.Replace(f(to, c), "admin: { address: 127.0.0.1:0 }", "admin: { address: "+adminAddr+" }", 1)
+		}
+	}(fileFor)
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(e.config, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := newClient(t)
+	get := func(want string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, e.url("public", "/"), nil)
+		if status, body, _ := do(t, client, req); status != 200 || string(body) != want {
+			t.Fatalf("GET /: %d %q, want 200 %q", status, body, want)
+		}
+	}
+	postReload := func() (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(e.adminURL("/reload"), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var res map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, res
+	}
+	ebbReload := func() (int, string) {
+		t.Helper()
+		var out bytes.Buffer
+		cmd := exec.Command(ebbBin, "reload", "-admin", adminAddr)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String()
+	}
+	get("A")
+
+	// SIGHUP, twice: applied each time, never a drain.
+	write(fileFor("b", origins))
+	e.signal(syscall.SIGHUP)
+	awaitLogLines(t, e, "configuration reloaded", 1)
+	get("B")
+	write(fileFor("a", origins))
+	e.signal(syscall.SIGHUP)
+	awaitLogLines(t, e, "configuration reloaded", 2)
+	get("A")
+
+	// Bad files, each rejected by all three triggers.
+	bad := []struct{ name, content, problem string }{
+		{"YAML syntax error", "listeners: [\n", "yaml"},
+		{"route to an unknown cluster", fileFor("c", origins), `no cluster is named "c"`},
+		{"file gone", "", "no such file"},
+	}
+	rejected := 0
+	for _, tc := range bad {
+		if tc.content == "" {
+			if err := os.Remove(e.config); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(tc.content)
+		}
+		e.signal(syscall.SIGHUP)
+		rejected++
+		recs := awaitLogLines(t, e, "configuration reload rejected; the running configuration stays", rejected)
+		if p := fmt.Sprint(recs[len(recs)-1]["problems"]); !strings.Contains(p, tc.problem) {
+			t.Errorf("%s: SIGHUP's rejection names %q, want it to mention %q", tc.name, p, tc.problem)
+		}
+		status, res := postReload()
+		rejected++
+		if status != http.StatusUnprocessableEntity || res["applied"] != false || !strings.Contains(fmt.Sprint(res["errors"]), tc.problem) {
+			t.Errorf("%s: POST /reload answered %d %v, want 422, not applied, errors mentioning %q", tc.name, status, res, tc.problem)
+		}
+		code, out := ebbReload()
+		rejected++
+		if code != 1 || !strings.Contains(out, "kept its running configuration") || !strings.Contains(out, tc.problem) {
+			t.Errorf("%s: ebb reload exited %d with %q, want 1 and the problem %q", tc.name, code, out, tc.problem)
+		}
+		get("A")
+	}
+
+	// Fixed: ebb reload applies it, and /config shows the generation.
+	write(fileFor("b", origins))
+	if code, out := ebbReload(); code != 0 || !strings.Contains(out, "configuration reloaded (generation 3)") {
+		t.Fatalf("ebb reload exited %d with %q, want 0 and generation 3", code, out)
+	}
+	get("B")
+	status, body, _ := do(t, newClient(t), mustGet(t, e.adminURL("/config")))
+	var cfg struct {
+		Reload struct {
+			Generation int `json:"generation"`
+		} `json:"reload"`
+	}
+	if err := json.Unmarshal(body, &cfg); status != 200 || err != nil || cfg.Reload.Generation != 3 {
+		t.Fatalf("/config: %d, reload generation %d (%v), want 3", status, cfg.Reload.Generation, err)
+	}
+	samples := scrape(t, e)
+	for result, want := range map[string]float64{"applied": 3, "rejected": float64(rejected)} {
+		if v, ok := metricValue(samples, "ebb_config_reloads_total", map[string]string{"result": result}); !ok || v != want {
+			t.Errorf("ebb_config_reloads_total{result=%q}: %v (present %v), want %v", result, v, ok, want)
+		}
 	}
 	if recs := e.logRecords("drain started"); len(recs) != 0 {
-		t.Fatalf("SIGHUP started a drain: %v", recs)
+		t.Fatalf("a reload started a drain: %v", recs)
 	}
-	code, err := e.terminate()
-	if err != nil || code != 0 {
-		t.Fatalf("SIGTERM after SIGHUP: exit %d, %v; want 0. Log:\n%s", code, err, e.logs())
+	// The rejected reloads were logged as errors, on purpose: the clean
+	// exit is checked here instead of by stop.
+	e.stopped = true
+	if code, err := e.terminate(); err != nil || code != 0 {
+		t.Fatalf("SIGTERM after the reloads: exit %d, %v; want 0. Log:\n%s", code, err, e.logs())
+	}
+}
+
+func mustGet(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// TestReloadDuringDrain asks a draining ebb to reload: refused, so that
+// the drain runs to its end on the configuration it started with.
+func TestReloadDuringDrain(t *testing.T) {
+	t.Parallel()
+	origin := nameOrigin(t, "A")
+	path := writeConfig(t, routeYAML("a", map[string]string{"a": origin}))
+	// A drain that lasts 2 s at least, so that the reload comes within it.
+	e := startEbbArgs(t, path, append([]string{"run", "-config", path}, append(quickDrain, "-set", "drain.min_duration=2s")...)...)
+	resp, err := http.Post(e.adminURL("/drain"), "", nil)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /drain: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	awaitLogLines(t, e, "drain started", 1)
+	resp, err = http.Post(e.adminURL("/reload"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "ebb is draining") {
+		t.Fatalf("POST /reload during the drain: %d %s, want 422 and the drain named", resp.StatusCode, body)
+	}
+	e.stopped = true // the refusal is logged as an error, on purpose
+	if code, err := e.wait(stopTimeout); err != nil || code != 0 {
+		t.Fatalf("the drain's exit: %d, %v; want 0. Log:\n%s", code, err, e.logs())
 	}
 }

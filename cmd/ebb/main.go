@@ -4,12 +4,14 @@
 //	ebb [run] -config ebb.yaml [-set key=value ...] [-- CMD ARGS...]
 //	ebb check -config ebb.yaml
 //	ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait] [-timeout 60s]
+//	ebb reload [-admin 127.0.0.1:9901 | -config ebb.yaml] [-timeout 30s]
 //	ebb version
 //
 // Exit statuses: 0 stopped cleanly (drained, or the watched application
 // gone with no request in flight); 1 configuration or start-up error, or
 // for ebb drain: the running ebb could not be reached, refused, or outlived
-// -timeout; 2 bad usage; 3 the drain deadline passed or a forced stop
+// -timeout, and for ebb reload: not reached, or the new configuration
+// rejected; 2 bad usage; 3 the drain deadline passed or a forced stop
 // (second signal, /shutdown?now) closed connections (drain.timeout is too
 // short for the traffic).
 package main
@@ -52,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(args, stdout, stderr)
 	case "drain":
 		return cmdDrain(args, stdout, stderr)
+	case "reload":
+		return cmdReload(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ebb", buildVersion())
 		return exitOK
@@ -79,6 +83,12 @@ func usage(w io.Writer) {
         hook: "ebb drain -wait" (the pod's SIGTERM follows the hook).
         Exit 0 accepted (with -wait: and ebb exited); 1 ebb not reached,
         refused, or still running after -timeout
+  ebb reload [-admin 127.0.0.1:9901 | -config ebb.yaml] [-timeout 30s]
+        ask the running ebb to reload its configuration file (POST /reload;
+        SIGHUP does the same): routes and clusters change at once, without
+        dropping a request; a file that fails to load or validate changes
+        nothing. Exit 0 applied; 1 rejected (every problem printed) or ebb
+        not reached
   ebb version
         print the version
 

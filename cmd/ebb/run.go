@@ -58,7 +58,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		defer signal.Stop(hups)
 	}
 
-	s, err := startServing(cfg, tel)
+	s, err := startServing(cf, cfg, tel)
 	if err != nil {
 		log.Error("starting", "err", err)
 		return exitConfig
@@ -88,18 +88,19 @@ func cmdRun(args []string, stderr io.Writer) int {
 	return exitOK
 }
 
-// serving is a running ebb: the proxy, its drain controller and the admin
-// server.
+// serving is a running ebb: the proxy, its drain controller, its
+// reloader and the admin server.
 type serving struct {
 	px  *proxy.Proxy
 	ctl *drain.Controller
+	rl  *reloader
 	adm *admin.Server
 	log *slog.Logger
 }
 
 // startServing builds the proxy for cfg, binds its listeners and starts
 // the admin server. On error nothing is left listening.
-func startServing(cfg *config.Config, tel *telemetry.Telemetry) (*serving, error) {
+func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry) (*serving, error) {
 	log := tel.Logger
 	reg := drain.NewRegistry()
 	px, err := proxy.New(cfg, reg, tel.Meter, log)
@@ -111,11 +112,16 @@ func startServing(cfg *config.Config, tel *telemetry.Telemetry) (*serving, error
 		return nil, err
 	}
 	ctl := drain.NewController(cfg.Drain, reg, px, log)
+	rl := newReloader(cf, cfg, px, ctl, tel.Meter, log)
 	adm, err := admin.Start(admin.Options{
 		Address:   cfg.Admin.Address,
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),
-		Config:    func() any { return cfg.Map() },
+		Config:    rl.status,
+		Reload: func(trigger string) (any, bool) {
+			res := rl.reload(trigger)
+			return res, res.Applied
+		},
 		Endpoints: func() any { return px.Endpoints() },
 		Drain:     ctl.Trigger,
 		Shutdown:  ctl.Force,
@@ -129,7 +135,7 @@ func startServing(cfg *config.Config, tel *telemetry.Telemetry) (*serving, error
 		log.Info("listening", "listener", l.Name, "address", px.Addr(l.Name).String(), "role", l.Role)
 	}
 	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String())
-	return &serving{px: px, ctl: ctl, adm: adm, log: log}, nil
+	return &serving{px: px, ctl: ctl, rl: rl, adm: adm, log: log}, nil
 }
 
 // run serves until the drain has ended, with its owned goroutines: the
@@ -171,14 +177,14 @@ func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *ch
 // second one into a forced stop, until ctx ends. Signals are counted here,
 // not inferred from the drain's state: a drain started by the
 // application's exit or the admin API does not make the first signal a
-// second one. A SIGHUP on hups (when drain.signals does not list it) is
-// logged and changes nothing: live reload is not in this version.
+// second one. A SIGHUP on hups (when drain.signals does not list it)
+// reloads the configuration file.
 func (s *serving) watchSignals(ctx context.Context, sigs, hups <-chan os.Signal, child *child) {
 	signals := 0
 	for {
 		select {
 		case <-hups:
-			s.log.Warn("SIGHUP: configuration reload is not available in this version; ebb keeps running on its current configuration (restart it to apply a new one)")
+			s.rl.reload("signal SIGHUP")
 		case sig := <-sigs:
 			signals++
 			name := signalName(sig)

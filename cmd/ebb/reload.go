@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy"
+)
+
+// reloader applies the configuration file anew (SIGHUP, POST /reload):
+// loaded, validated and built whole, then swapped in; a configuration
+// that fails anywhere never replaces the running one.
+type reloader struct {
+	cf      configFlags
+	px      *proxy.Proxy
+	ctl     *drain.Controller
+	log     *slog.Logger
+	reloads metric.Int64Counter
+
+	mu       sync.Mutex
+	cfg      *config.Config // in force
+	gen      int            // reloads applied
+	loadedAt time.Time      // when cfg was loaded
+	last     reloadResult   // the last attempt's
+}
+
+// reloadResult is what a reload attempt did, as POST /reload answers it.
+type reloadResult struct {
+	Applied    bool          `json:"applied"`
+	Generation int           `json:"generation"`
+	At         time.Time     `json:"at"`
+	Change     *proxy.Change `json:"change,omitempty"`
+	Errors     []string      `json:"errors,omitempty"`
+}
+
+func newReloader(cf configFlags, cfg *config.Config, px *proxy.Proxy, ctl *drain.Controller, meter metric.Meter, log *slog.Logger) *reloader {
+	r := &reloader{cf: cf, cfg: cfg, px: px, ctl: ctl, log: log, loadedAt: time.Now()}
+	var err error
+	r.reloads, err = meter.Int64Counter("ebb.config.reloads",
+		metric.WithDescription("Configuration reloads, by result (applied or rejected)"), metric.WithUnit("{reload}"))
+	if err != nil {
+		log.Error("creating the reload counter", "err", err)
+	}
+	return r
+}
+
+// reload reads the configuration file again and applies it, or keeps the
+// running one and says why. trigger names what asked (for the log).
+func (r *reloader) reload(trigger string) reloadResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := reloadResult{Generation: r.gen, At: time.Now()}
+	reject := func(errs ...string) reloadResult {
+		res.Errors = errs
+		r.count("rejected")
+		r.log.Error("configuration reload rejected; the running configuration stays", "trigger", trigger, "problems", errs)
+		r.last = res
+		return res
+	}
+	if _, draining := r.ctl.Deadline(); draining {
+		return reject("ebb is draining: the configuration in force at the drain's start stays until the exit")
+	}
+	cfg, err := loadConfig(r.cf)
+	if err != nil {
+		return reject(problems(err)...)
+	}
+	ch, err := r.px.Update(cfg)
+	if err != nil {
+		return reject(err.Error())
+	}
+	r.gen++
+	r.cfg, r.loadedAt = cfg, res.At
+	res.Applied, res.Generation, res.Change = true, r.gen, &ch
+	r.count("applied")
+	r.log.Info("configuration reloaded", "trigger", trigger, "generation", r.gen,
+		"clusters_added", ch.Added, "clusters_removed", ch.Removed, "clusters_rebuilt", ch.Rebuilt, "clusters_kept", len(ch.Kept))
+	if len(ch.Restart) > 0 {
+		r.log.Warn("changed settings that only a restart applies keep their running values", "settings", ch.Restart)
+	}
+	for _, p := range cfg.Ignored {
+		r.log.Warn("environment variable ignored", "variable", p.Source, "why", p.Msg)
+	}
+	r.last = res
+	return res
+}
+
+func (r *reloader) count(result string) {
+	if r.reloads != nil {
+		r.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+	}
+}
+
+// status is what /config shows: the configuration in force, and under
+// "reload" its generation, when it was loaded and the last attempt.
+func (r *reloader) status() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.cfg.Map()
+	st := map[string]any{"generation": r.gen, "loaded_at": r.loadedAt.UTC().Format(time.RFC3339Nano)}
+	if !r.last.At.IsZero() {
+		st["last"] = r.last
+	}
+	m["reload"] = st
+	return m
+}
+
+// problems lists what is wrong with a configuration, one line each.
+func problems(err error) []string {
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		out := make([]string, 0, len(ce.Problems))
+		for _, p := range ce.Problems {
+			out = append(out, p.String())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+// cmdReload asks a running ebb, through its admin server, to reload its
+// configuration file (POST /reload), and prints what it did. Exit 0: the
+// new configuration is in force; 1: ebb kept the running one (every
+// problem printed), or could not be reached; 2: bad usage.
+func cmdReload(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ebb reload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("admin", config.DefaultAdminAddress, "admin address of the running ebb, host:port")
+	var cf configFlags
+	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
+	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "ebb reload: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	case set["admin"] && set["config"]:
+		fmt.Fprintln(stderr, "ebb reload: -admin and -config both name the admin address; give one")
+		return exitUsage
+	case set["set"] && !set["config"]:
+		fmt.Fprintln(stderr, "ebb reload: -set needs -config")
+		return exitUsage
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "ebb reload: -timeout must be positive, got %s\n", *timeout)
+		return exitUsage
+	}
+	if set["config"] {
+		cfg, err := loadConfig(cf)
+		if err != nil {
+			// The file the running ebb would reload is broken: say so
+			// here, without asking it.
+			printConfigError(stderr, err)
+			return exitFailed
+		}
+		*addr = cfg.Admin.Address
+	} else if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
+		fmt.Fprintf(stderr, "ebb reload: -admin: expected host:port, got %q\n", *addr)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+*addr+"/reload", nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "ebb reload:", err)
+		return exitUsage
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "ebb reload: asking ebb at %s to reload: %v\n", *addr, unwrapURL(err))
+		return exitFailed
+	}
+	defer resp.Body.Close()
+	var res reloadResult
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode == http.StatusNotFound {
+		fmt.Fprintf(stderr, "ebb reload: ebb at %s has no /reload (older than `ebb reload`, or not ebb)\n", *addr)
+		return exitFailed
+	}
+	if err := json.Unmarshal(body, &res); err != nil {
+		fmt.Fprintf(stderr, "ebb reload: ebb at %s answered %s: %s\n", *addr, resp.Status, strings.TrimSpace(string(body)))
+		return exitFailed
+	}
+	if !res.Applied {
+		fmt.Fprintf(stderr, "ebb reload: ebb at %s kept its running configuration (generation %d):\n", *addr, res.Generation)
+		for _, e := range res.Errors {
+			fmt.Fprintln(stderr, "  "+e)
+		}
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "ebb at %s: configuration reloaded (generation %d)\n", *addr, res.Generation)
+	if ch := res.Change; ch != nil {
+		for _, l := range []struct {
+			what  string
+			names []string
+		}{{"clusters added", ch.Added}, {"clusters removed", ch.Removed}, {"clusters rebuilt", ch.Rebuilt}, {"clusters kept", ch.Kept}} {
+			if len(l.names) > 0 {
+				fmt.Fprintf(stdout, "  %s: %s\n", l.what, strings.Join(l.names, ", "))
+			}
+		}
+		if len(ch.Restart) > 0 {
+			fmt.Fprintf(stdout, "  needs a restart (running values kept): %s\n", strings.Join(ch.Restart, ", "))
+		}
+	}
+	return exitOK
+}

@@ -25,7 +25,8 @@ const (
 // cluster (those have no sensible default).
 func Default() *Config {
 	return &Config{
-		Admin: Admin{Address: DefaultAdminAddress},
+		Admin:  Admin{Address: DefaultAdminAddress},
+		Reload: Reload{Watch: true},
 		Drain: Drain{
 			Delay:       0,
 			Spread:      2 * time.Second,

@@ -132,7 +132,7 @@ func TestLoadProblems(t *testing.T) {
 		{
 			name: "unknown top-level key lists known keys",
 			yaml: minimal + "bogus: 1\n",
-			want: []string{"bogus: unknown key (known here: admin, listeners, clusters, drain, telemetry)"},
+			want: []string{"bogus: unknown key (known here: admin, listeners, clusters, drain, telemetry, reload)"},
 		},
 		{
 			name: "bad duration and size",

@@ -18,6 +18,7 @@ type Config struct {
 	Clusters  []Cluster  `key:"clusters"`
 	Drain     Drain      `key:"drain"`
 	Telemetry Telemetry  `key:"telemetry"`
+	Reload    Reload     `key:"reload"`
 
 	// Source names where the configuration came from (the file path), for
 	// messages. It is not a key of the file.
@@ -26,6 +27,16 @@ type Config struct {
 	// configuration keys and were left alone (Kubernetes service links
 	// are not listed), for a warning: one may be a misspelt key.
 	Ignored []Problem `key:"-"`
+}
+
+// Reload says how the configuration file is reloaded besides SIGHUP,
+// POST /reload and ebb reload.
+type Reload struct {
+	// Watch reloads the file when its content changes on disk (edits,
+	// atomic renames, Kubernetes ConfigMap symlink swaps). On by default:
+	// a file caught half-written fails validation and changes nothing,
+	// and a ConfigMap update then needs no signal.
+	Watch bool `key:"watch"`
 }
 
 // Admin is the admin HTTP server (/live, /ready, /metrics, /config).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,8 +41,8 @@ clusters:
 	return y
 }
 
-// TestReload changes the configuration file of a running ebb and has it
-// reloaded by each trigger, with one keep-alive client throughout: SIGHUP
+// TestReload changes the configuration file of a running ebb (whose
+// reload.watch is off) and has it reloaded by each trigger, with one keep-alive client throughout: SIGHUP
 // (twice: it never drains nor stops ebb whose drain.signals is the
 // default), POST /reload and `ebb reload`. Each good file is in force for
 // the client's next request on the same connection; each bad one (a YAML
@@ -51,7 +52,10 @@ clusters:
 func TestReload(t *testing.T) {
 	t.Parallel()
 	origins := map[string]string{"a": nameOrigin(t, "A"), "b": nameOrigin(t, "B")}
-	e := startEbb(t, routeYAML("a", origins))
+	// The triggers, one at a time: no watching of the file here (see
+	// TestReloadWatch).
+	path := writeConfig(t, routeYAML("a", origins))
+	e := startEbbArgs(t, path, append([]string{"run", "-config", path, "-set", "reload.watch=false"}, quickDrain...)...)
 	// The listener binds :0: later files name the port it got, so that
 	// they do not ask for a listener change.
 	port := e.addr("public")[strings.LastIndexByte(e.addr("public"), ':')+1:]
@@ -218,5 +222,90 @@ func TestReloadDuringDrain(t *testing.T) {
 	e.stopped = true // the refusal is logged as an error, on purpose
 	if code, err := e.wait(stopTimeout); err != nil || code != 0 {
 		t.Fatalf("the drain's exit: %d, %v; want 0. Log:\n%s", code, err, e.logs())
+	}
+}
+
+// TestReloadWatch replaces the configuration file of a running ebb the
+// two ways it is replaced in practice, with reload.watch at its default
+// (on): an atomic rename (what editors and config tools do), and a
+// Kubernetes ConfigMap update (the file is a symlink through "..data",
+// itself a symlink swapped to a new directory). Each is in force for the
+// client's next request; a broken file written meanwhile changes nothing.
+func TestReloadWatch(t *testing.T) {
+	t.Parallel()
+	origins := map[string]string{"a": nameOrigin(t, "A"), "b": nameOrigin(t, "B")}
+	dir := t.TempDir()
+	// The ConfigMap layout: ebb.yaml -> ..data/ebb.yaml, ..data -> ..v1.
+	version := func(name, content string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "ebb.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := func(name string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", routeYAML("a", origins))
+	swap("..v1")
+	path := filepath.Join(dir, "ebb.yaml")
+	if err := os.Symlink(filepath.Join("..data", "ebb.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	e := startEbbArgs(t, path, append([]string{"run", "-config", path}, quickDrain...)...)
+	port := e.addr("public")[strings.LastIndexByte(e.addr("public"), ':')+1:]
+	adminAddr := strings.TrimPrefix(e.adminURL(""), "http://")
+	fixed := func(to string) string {
+		y := strings.Replace(routeYAML(to, origins), "127.0.0.1:0\n    routes", "127.0.0.1:"+port+"\n    routes", 1)
+		return strings.Replace(y, "admin: { address: 127.0.0.1:0 }", "admin: { address: "+adminAddr+" }", 1)
+	}
+	client := newClient(t)
+	get := func(want string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, e.url("public", "/"), nil)
+		if status, body, _ := do(t, client, req); status != 200 || string(body) != want {
+			t.Fatalf("GET /: %d %q, want 200 %q", status, body, want)
+		}
+	}
+	get("A")
+
+	// A ConfigMap update.
+	version("..v2", fixed("b"))
+	swap("..v2")
+	awaitLogLines(t, e, "configuration reloaded", 1)
+	get("B")
+
+	// A broken file, then a good one, each by atomic rename over the
+	// version's file.
+	replace := func(content string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..v2", "ebb.yaml.tmp")
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..v2", "ebb.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace("listeners: [\n")
+	swap("..v2") // kubelet-like: an event in the watched directory
+	awaitLogLines(t, e, "configuration reload rejected; the running configuration stays", 1)
+	get("B")
+	replace(fixed("a"))
+	swap("..v2")
+	awaitLogLines(t, e, "configuration reloaded", 2)
+	get("A")
+	e.stopped = true // the rejected file was logged as an error, on purpose
+	if code, err := e.terminate(); err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d, %v; want 0. Log:\n%s", code, err, e.logs())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -221,4 +225,55 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// watchPoll is how often the watcher re-reads the file even without an
+// event (a file system whose events do not arrive, a missed one).
+const watchPoll = 5 * time.Second
+
+// watch reloads the configuration file when its content changes (and
+// differs from what was last loaded or tried), until ctx ends. The
+// directory is watched, not the file: editors and Kubernetes replace the
+// file (atomic renames, ConfigMap symlink swaps) rather than write it.
+func (r *reloader) watch(ctx context.Context) {
+	path := r.cf.path
+	last, _ := os.ReadFile(path)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		r.log.Error("watching the configuration file: reloads need SIGHUP or ebb reload", "file", path, "err", err)
+		return
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		r.log.Error("watching the configuration file: reloads need SIGHUP or ebb reload", "file", path, "err", err)
+		return
+	}
+	check := func() {
+		data, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(data, last) {
+			return // gone for now (a rename in progress), or unchanged
+		}
+		last = data
+		r.reload("file change")
+	}
+	poll := time.NewTicker(watchPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			check()
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			r.log.Warn("watching the configuration file", "file", path, "err", err)
+		case <-poll.C:
+			check()
+		}
+	}
 }

@@ -147,6 +147,9 @@ func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *ch
 	var wg sync.WaitGroup
 	wg.Go(func() { s.px.RunDiscovery(watchCtx) })
 	wg.Go(func() { s.watchSignals(watchCtx, sigs, hups, child) })
+	if cfg.Reload.Watch {
+		wg.Go(func() { s.rl.watch(watchCtx) })
+	}
 	if child != nil {
 		wg.Go(func() {
 			select {

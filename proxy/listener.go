@@ -68,7 +68,7 @@ func (l *listener) terminateH2() []*h2.Conn {
 
 func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 	l := &listener{p: p, cfg: cfg}
-	l.fwd = &forward.Listener{Config: cfg, Index: idx, Snapshot: &p.snap, Registry: p.reg, Log: p.log, Access: p.access}
+	l.fwd = &forward.Listener{Config: cfg, Index: idx, Snapshot: &p.snap, Registry: p.reg, Log: p.log}
 	l.h1 = h1.New(l.fwd)
 	l.h2 = &h2.Server{
 		Handler:        h2.Forwarder(l.fwd),

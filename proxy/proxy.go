@@ -45,7 +45,6 @@ var ErrClosed = errors.New("proxy: closed")
 // Update (live reload). mu guards started and closed.
 type Proxy struct {
 	log       *slog.Logger
-	access    *slog.Logger // nil unless telemetry.log.access
 	reg       *drain.Registry
 	metrics   *metrics.Metrics
 	listeners []*listener
@@ -72,15 +71,22 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	}
 	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace, cfgStatic: *cfg}
 	p.disc.log = func(c *cluster.Cluster, err error) { log.Error("discovery stopped", "cluster", c.Name(), "err", err) }
-	if cfg.Telemetry.Log.Access {
-		p.access = log.With("log", "access")
-	}
 	// The snapshot first: the listeners' engines read it.
-	p.snap.Store(route.Build(cfg, m, reg, log, nil))
+	snap := route.Build(cfg, m, reg, log, nil)
+	snap.Access = accessLog(cfg, log)
+	p.snap.Store(snap)
 	for i, l := range cfg.Listeners {
 		p.listeners = append(p.listeners, newListener(p, i, l))
 	}
 	return p, nil
+}
+
+// accessLog returns the access logger cfg asks for, or nil.
+func accessLog(cfg *config.Config, log *slog.Logger) *slog.Logger {
+	if !cfg.Telemetry.Log.Access {
+		return nil
+	}
+	return log.With("log", "access")
 }
 
 // Start binds every listener and starts serving. If one cannot be bound,

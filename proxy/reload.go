@@ -30,7 +30,9 @@ type Change struct {
 var ErrListenersChanged = errors.New("listeners added, removed, renamed or reordered: only a restart applies that")
 
 // Update applies the dynamic part of cfg (a configuration loaded and
-// validated as a whole): routes and clusters, swapped in one atomic step.
+// validated as a whole): routes and clusters, each listener's
+// limits.max_body_bytes and headers, and telemetry.log.access, swapped
+// in one atomic step.
 // Requests in flight finish on the snapshot they started with; a cluster
 // whose configuration is unchanged is taken over with its endpoints,
 // pools, health state and running discovery; a removed cluster's
@@ -55,6 +57,7 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 	ch.Restart = append(ch.Restart, p.staticRestart(cfg)...)
 	prev := p.snap.Load()
 	next := route.Build(cfg, p.metrics, p.reg, p.log, prev)
+	next.Access = accessLog(cfg, p.log)
 	for name, c := range next.Clusters {
 		switch old := prev.Clusters[name]; {
 		case old == c:
@@ -94,9 +97,12 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 }
 
 // listenerRestart names the settings of a listener that differ between
-// old and new, but for its routes (which Update applies).
+// old and new, but for those Update applies: its routes,
+// limits.max_body_bytes and headers.
 func listenerRestart(old, new config.Listener) []string {
 	old.Routes, new.Routes = nil, nil
+	old.Limits.MaxBodyBytes, new.Limits.MaxBodyBytes = 0, 0
+	old.Headers, new.Headers = config.ForwardingHeaders{}, config.ForwardingHeaders{}
 	if reflect.DeepEqual(old, new) {
 		return nil
 	}
@@ -112,10 +118,13 @@ func listenerRestart(old, new config.Listener) []string {
 }
 
 // staticRestart names the top-level sections other than listeners and
-// clusters that differ from the running configuration's.
+// clusters that differ from the running configuration's (but for
+// telemetry.log.access, which Update applies).
 func (p *Proxy) staticRestart(cfg *config.Config) []string {
 	var out []string
-	ov, nv := reflect.ValueOf(p.cfgStatic), reflect.ValueOf(*cfg)
+	running, next := p.cfgStatic, *cfg
+	running.Telemetry.Log.Access, next.Telemetry.Log.Access = false, false
+	ov, nv := reflect.ValueOf(running), reflect.ValueOf(next)
 	for i := range ov.NumField() {
 		f := ov.Type().Field(i)
 		key := keyOf(f)

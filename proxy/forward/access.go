@@ -9,11 +9,12 @@ import (
 // accessLog writes one access log line when telemetry.log.access is on.
 // It allocates, so it is off by default.
 func (l *Listener) accessLog(c Call, cluster string, status int, start time.Time) {
-	if l.Access == nil {
+	access := l.Snapshot.Load().Access
+	if access == nil {
 		return
 	}
 	client, method, host, uri, bytes := c.AccessFields()
-	l.Access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+	access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("listener", l.Config.Name),
 		slog.String("client", client),
 		slog.String("method", method),

@@ -35,10 +35,8 @@ type Listener struct {
 	Snapshot *atomic.Pointer[route.Snapshot]
 	// Registry knows every downstream connection and the drain's state.
 	Registry *drain.Registry
-	// Log receives upstream errors; Access, if not nil, one line per
-	// request (telemetry.log.access).
-	Log    *slog.Logger
-	Access *slog.Logger
+	// Log receives upstream errors (the access log is the snapshot's).
+	Log *slog.Logger
 }
 
 // Table returns the listener's current routing table.

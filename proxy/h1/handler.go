@@ -101,7 +101,7 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 		c.upgrade = true
 	} else {
 		cl := req.Header.ContentLength()
-		limit := int64(cfg.Limits.MaxBodyBytes)
+		limit := c.s.l.Table().MaxBodyBytes
 		if limit > 0 && int64(cl) > limit {
 			c.closeAfter, c.linger = true, true
 			return fasthttp.StatusRequestEntityTooLarge, forward.MsgBodyTooLarge
@@ -125,7 +125,7 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Trust: cfg.Headers.TrustForwarded,
+	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Trust: c.s.l.Table().TrustForwarded,
 		Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
 		hop.ClientIP = c.conn.ClientIP

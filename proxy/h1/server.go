@@ -55,27 +55,30 @@ func New(l *forward.Listener) *Server {
 		ErrorHandler:          errorHandler,
 		Logger:                fasthttpLogger{l: l.Log.With("listener", cfg.Name)},
 	}
-	if limit := int64(cfg.Limits.MaxBodyBytes); limit > 0 {
-		// A body announced too large is refused before it is read:
-		// fasthttp would otherwise read (up to 8 KiB of) it before the
-		// handler runs. With Expect: 100-continue the client is told at
-		// once; otherwise ebb answers after the body's first byte.
-		s.srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			if int64(h.ContentLength()) > limit {
-				return fasthttp.RequestConfig{MaxRequestBodySize: 1}
-			}
-			return fasthttp.RequestConfig{}
+	// A body announced larger than limits.max_body_bytes (read from the
+	// snapshot: a reload changes it) is refused before it is read:
+	// fasthttp would otherwise read (up to 8 KiB of) it before the
+	// handler runs. With Expect: 100-continue the client is told at
+	// once; otherwise ebb answers after the body's first byte.
+	over := func(h *fasthttp.RequestHeader) bool {
+		limit := l.Table().MaxBodyBytes
+		return limit > 0 && int64(h.ContentLength()) > limit
+	}
+	s.srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if over(h) {
+			return fasthttp.RequestConfig{MaxRequestBodySize: 1}
 		}
-		s.srv.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
-			if int64(ctx.Request.Header.ContentLength()) <= limit {
-				return fasthttp.StatusContinue
-			}
-			ctx.SetBodyString(forward.MsgBodyTooLarge)
-			ctx.SetContentType("text/plain; charset=utf-8")
-			lingerOnClose(ctx)
-			l.Table().NoRoute.Record(drain.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
-			return fasthttp.StatusRequestEntityTooLarge
+		return fasthttp.RequestConfig{}
+	}
+	s.srv.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
+		if !over(&ctx.Request.Header) {
+			return fasthttp.StatusContinue
 		}
+		ctx.SetBodyString(forward.MsgBodyTooLarge)
+		ctx.SetContentType("text/plain; charset=utf-8")
+		lingerOnClose(ctx)
+		l.Table().NoRoute.Record(drain.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
+		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return s
 }

@@ -94,7 +94,8 @@ func (c *call) Refuse() (int, string) {
 // the cluster's transport takes, and applies the header rules.
 func (c *call) Prepare(rt *route.Route) (int, string) {
 	st := c.st
-	limit := int64(c.l.Config.Limits.MaxBodyBytes)
+	t := c.l.Table()
+	limit := t.MaxBodyBytes
 	size := st.ContentLength()
 	if limit > 0 && size > limit {
 		return http.StatusRequestEntityTooLarge, forward.MsgBodyTooLarge
@@ -109,7 +110,7 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), Trust: c.l.Config.Headers.TrustForwarded,
+	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), Trust: t.TrustForwarded,
 		TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
 		hop.ClientIP = c.conn.ClientIP

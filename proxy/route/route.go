@@ -21,6 +21,9 @@ import (
 type Snapshot struct {
 	Tables   []*Table // indexed like the configuration's listeners
 	Clusters map[string]*cluster.Cluster
+	// Access receives one line per request (telemetry.log.access); nil:
+	// off. Build leaves it to the caller.
+	Access *slog.Logger
 }
 
 // Build compiles routes and clusters of cfg. A cluster of prev (nil: none)
@@ -39,7 +42,7 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 		s.Clusters[c.Name] = cluster.New(c, m.ForCluster(c.Name), reg, log)
 	}
 	for _, l := range cfg.Listeners {
-		t := &Table{NoRoute: m.ForRoute(l.Name, "")}
+		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), TrustForwarded: l.Headers.TrustForwarded}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
 			rm, ok := byCluster[r.Cluster]
@@ -78,6 +81,10 @@ type Table struct {
 	// NoRoute counts requests no route matched (and those refused before
 	// routing).
 	NoRoute *metrics.Route
+	// The listener's settings a reload changes live:
+	// limits.max_body_bytes (0: none) and headers.trust_forwarded.
+	MaxBodyBytes   int64
+	TrustForwarded bool
 }
 
 func compile(r config.Route, c *cluster.Cluster, m *metrics.Route) Route {

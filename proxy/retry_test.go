@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -152,4 +153,24 @@ func pausedUploadsFail(t *testing.T, addr string) {
 			t.Fatalf("status %d, want 502", resp.StatusCode)
 		}
 	})
+}
+
+// TestUpstreamCancelPassedOn: an HTTP/2 upstream that cancels a stream
+// before answering (a gRPC server does at the call's deadline) has the
+// HTTP/2 client's stream cancelled in turn (gRPC then reports the
+// deadline), and an HTTP/1.1 client answered 502.
+func TestUpstreamCancelPassedOn(t *testing.T) {
+	origin, _ := proxytest.ResettingH2C(t, false, http2.ErrCodeCancel)
+	addr := startedClusterProxy(t, func(c *config.Cluster) { c.Protocol = config.ProtocolH2C }, origin)
+	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
+	_, err := h2c.Post("http://"+addr+"/rpc", "application/grpc", strings.NewReader("call"))
+	var se http2.StreamError
+	if !errors.As(err, &se) || se.Code != http2.ErrCodeCancel {
+		t.Fatalf("the HTTP/2 client got %v, want its stream reset with CANCEL", err)
+	}
+	if code, _, _ := do(t, newClient(t), mustRequest(t, http.MethodGet, "http://"+addr+"/")); code != http.StatusBadGateway {
+		t.Fatalf("the HTTP/1.1 client got %d, want 502", code)
+	}
 }

@@ -3,6 +3,7 @@ package h2
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -54,7 +55,11 @@ func Forwarder(l *forward.Listener) Handler {
 			// The client is gone, or the upstream failed mid-body: the
 			// stream must end in a reset, not look complete.
 			l.Log.Debug("response body not relayed whole", "listener", l.Config.Name, "cluster", rt.Cluster.Name(), "err", c.relayErr)
-			st.Reset(http2.ErrCodeInternal)
+			code := c.resetCode
+			if code == 0 {
+				code = http2.ErrCodeInternal
+			}
+			st.Reset(code)
 		}
 	})
 }
@@ -77,8 +82,10 @@ type call struct {
 	out     *http.Request
 	trailer http.Header
 	// relayErr is why the response body was not relayed whole, if it
-	// was not.
-	relayErr error
+	// was not; the stream is then reset with resetCode (0:
+	// INTERNAL_ERROR).
+	relayErr  error
+	resetCode http2.ErrCode
 }
 
 // Refuse turns away CONNECT.
@@ -340,6 +347,17 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		keepTrailer = func(o *http.Request) { o.Trailer = c.trailer }
 	}
 	resp, ep, err := rt.Cluster.ExchangeHTTP(st.Context(), ep, out, c.body, keepTrailer, c.l.Log)
+	var se http2.StreamError
+	if err != nil && errors.As(err, &se) && se.Code == http2.ErrCodeCancel && st.Context().Err() == nil {
+		// The upstream cancelled the stream before answering (a gRPC
+		// server does at the call's deadline): the client's stream is
+		// cancelled in turn, which tells it more than a 502 would (gRPC
+		// reports the deadline it set).
+		rt.Cluster.Metrics().UpstreamError(upstream.KindBroken)
+		c.l.Log.Debug("upstream cancelled the stream; cancelling the client's", "listener", c.l.Config.Name, "cluster", rt.Cluster.Name(), "endpoint", ep.Addr())
+		c.relayErr, c.resetCode = err, http2.ErrCodeCancel
+		return http.StatusBadGateway, ep, nil
+	}
 	if err != nil {
 		return 0, ep, err
 	}

@@ -59,7 +59,7 @@ type Proxy struct {
 	wg      sync.WaitGroup // serving goroutines
 
 	updateMu  sync.Mutex    // one Update at a time
-	cfgStatic config.Config // the configuration last applied, for what Update cannot change
+	cfgStatic config.Config // the configuration ebb started with, for what Update cannot change
 	disc      discoveries
 }
 

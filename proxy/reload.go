@@ -32,15 +32,14 @@ var ErrListenersChanged = errors.New("listeners added, removed, renamed or reord
 // Update applies the dynamic part of cfg (a configuration loaded and
 // validated as a whole): routes and clusters, each listener's
 // limits.max_body_bytes and headers, and telemetry.log.access, swapped
-// in one atomic step.
-// Requests in flight finish on the snapshot they started with; a cluster
-// whose configuration is unchanged is taken over with its endpoints,
-// pools, health state and running discovery; a removed cluster's
-// connections close once their exchanges are over. The listeners' own
-// settings (address, TLS, timeouts, limits, headers, http2) and
-// everything outside listeners and clusters keep their running values
-// and are reported in Change.Restart. Update fails, changing nothing,
-// when the listeners are not the running ones.
+// in one atomic step. Requests in flight finish on the snapshot they
+// started with; a cluster whose configuration is unchanged is taken over
+// with its endpoints, pools, health state and running discovery; a
+// removed cluster's connections close once their exchanges are over. The
+// listeners' other settings (address, role, TLS, timeouts, header limit,
+// http2) and the other sections keep the values ebb started with and,
+// when cfg changes them, are reported in Change.Restart. Update fails,
+// changing nothing, when the listeners are not the running ones.
 func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 	p.updateMu.Lock()
 	defer p.updateMu.Unlock()
@@ -81,7 +80,6 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 		sort.Strings(s)
 	}
 	p.snap.Store(next)
-	p.cfgStatic = *cfg
 	for _, c := range next.Clusters {
 		if prev.Clusters[c.Name()] != c {
 			p.disc.start(c)
@@ -118,7 +116,7 @@ func listenerRestart(old, new config.Listener) []string {
 }
 
 // staticRestart names the top-level sections other than listeners and
-// clusters that differ from the running configuration's (but for
+// clusters that differ from the configuration ebb started with (but for
 // telemetry.log.access, which Update applies).
 func (p *Proxy) staticRestart(cfg *config.Config) []string {
 	var out []string

@@ -162,8 +162,10 @@ func TestUpdate(t *testing.T) {
 	}
 	withTimeout := loadYAML(t, reloadYAML("b", b))
 	withTimeout.Listeners[0].Timeouts.Idle *= 2
-	if got, err := px.Update(withTimeout); err != nil || !slices.Contains(got.Restart, "listeners.public.timeouts") {
-		t.Fatalf("Update with a listener timeout changed: %+v, %v; want listeners.public.timeouts to need a restart", got, err)
+	for range 2 { // and still, the second time: the running value is the old one
+		if got, err := px.Update(withTimeout); err != nil || !slices.Contains(got.Restart, "listeners.public.timeouts") {
+			t.Fatalf("Update with a listener timeout changed: %+v, %v; want listeners.public.timeouts to need a restart", got, err)
+		}
 	}
 	twoListeners := loadYAML(t, reloadYAML("b", b))
 	extra := twoListeners.Listeners[0]

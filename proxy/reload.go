@@ -18,10 +18,13 @@ type Change struct {
 	// Clusters added, removed, rebuilt because their configuration
 	// changed, and kept as they were (endpoints, pools, health and
 	// discovery going on).
-	Added, Removed, Rebuilt, Kept []string `json:",omitempty"`
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Rebuilt []string `json:"rebuilt,omitempty"`
+	Kept    []string `json:"kept,omitempty"`
 	// Restart lists the changed settings that only a restart applies:
 	// they keep their running values.
-	Restart []string `json:",omitempty"`
+	Restart []string `json:"restart,omitempty"`
 }
 
 // ErrListenersChanged refuses a configuration whose listeners are not the

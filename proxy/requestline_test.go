@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -15,7 +16,9 @@ import (
 // 3.5/2's broken HTTP/2 preface among them).
 func TestRequestLineVersions(t *testing.T) {
 	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Errorf("the origin got %s %s %s", r.Method, r.URL, r.Proto)
+		if r.URL.Path != "/ok" {
+			t.Errorf("the origin got %s %s %s", r.Method, r.URL, r.Proto)
+		}
 	}))
 	e := startEbb(t, singleClusterYAML(hostPort(origin)))
 	for _, line := range []string{"GET / HTTP/1.2", "GET / HTTP/2.0", "GET / HTTP/0.9", "GET / HTTP/3.0"} {
@@ -23,6 +26,15 @@ func TestRequestLineVersions(t *testing.T) {
 		if resp.StatusCode != http.StatusHTTPVersionNotSupported || !resp.Close {
 			t.Errorf("%q: %d (close %v), want 505 and the connection closed", line, resp.StatusCode, resp.Close)
 		}
+	}
+	// After a request on the connection, the same bytes get a 400: the
+	// client spoke HTTP/1.1 there.
+	c := rawConn(t, e.addr("public"))
+	if _, err := io.WriteString(c, "GET /ok HTTP/1.0\r\nHost: app\r\nConnection: keep-alive\r\n\r\nGARBAGE\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(c); !strings.Contains(string(b), "HTTP/1.1 400 ") {
+		t.Errorf("garbage after a request: got %q, want a 400 after the first answer", b)
 	}
 	for _, raw := range []string{
 		"INVALID CONNECTION PREFACE\r\n\r\n",

@@ -94,11 +94,13 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
-	case notHTTP1(err):
-		// Bytes of some other protocol (or of HTTP/0.9): an answer in
-		// HTTP/1.1 would be garbage to the client, which is closed on.
-		// Such as a broken HTTP/2 preface that does not even start like
-		// one (RFC 9113 §3.4: close the connection).
+	case notHTTP1(err) && ctx.ConnRequestNum() == 0:
+		// A connection whose first bytes are some other protocol (or
+		// HTTP/0.9): an answer in HTTP/1.1 would be garbage to its
+		// client, which is closed on. Such as a broken HTTP/2 preface
+		// that does not even start like one (RFC 9113 §3.4: close the
+		// connection). Later on a connection that spoke HTTP/1 (no
+		// request parsed yet: 0), the same bytes get a 400 as before.
 		ctx.Conn().Close()
 		return
 	case errors.As(err, &small):

@@ -41,6 +41,7 @@ type reloader struct {
 	gen      int            // reloads applied
 	loadedAt time.Time      // when cfg was loaded
 	last     reloadResult   // the last attempt's
+	seen     []byte         // the file's content last seen by watch (or at the start)
 }
 
 // reloadResult is what a reload attempt did, as POST /reload answers it.
@@ -54,6 +55,9 @@ type reloadResult struct {
 
 func newReloader(cf configFlags, cfg *config.Config, px *proxy.Proxy, ctl *drain.Controller, meter metric.Meter, log *slog.Logger) *reloader {
 	r := &reloader{cf: cf, cfg: cfg, px: px, ctl: ctl, log: log, loadedAt: time.Now()}
+	// The content the running configuration came from, read now (not when
+	// the watcher starts): a change made right after the start is seen.
+	r.seen, _ = os.ReadFile(cf.path)
 	var err error
 	r.reloads, err = meter.Int64Counter("ebb.config.reloads",
 		metric.WithDescription("Configuration reloads, by result (applied or rejected)"), metric.WithUnit("{reload}"))
@@ -237,7 +241,7 @@ const watchPoll = 5 * time.Second
 // file (atomic renames, ConfigMap symlink swaps) rather than write it.
 func (r *reloader) watch(ctx context.Context) {
 	path := r.cf.path
-	last, _ := os.ReadFile(path)
+	last := r.seen
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		r.log.Error("watching the configuration file: reloads need SIGHUP or ebb reload", "file", path, "err", err)

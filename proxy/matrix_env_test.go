@@ -2,14 +2,11 @@ package proxy
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
@@ -58,15 +55,7 @@ const waitTimeout = proxytest.WaitTimeout
 // starts a Proxy for it, closed at cleanup.
 func startMatrixProxy(t *testing.T, yaml string) *Proxy {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "ebb.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, config.Options{})
-	if err != nil {
-		t.Fatalf("loading the configuration: %v\n%s", err, yaml)
-	}
-	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("matrix"), proxytest.Discard())
+	p, err := New(loadYAML(t, yaml), drain.NewRegistry(), metric.NewMeterProvider().Meter("matrix"), proxytest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

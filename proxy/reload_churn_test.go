@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,13 +24,7 @@ func TestUpdateChurn(t *testing.T) {
 		return y
 	}
 	px := startMatrixProxy(t, yaml(0))
-	ctx, stop := context.WithCancel(context.Background())
-	discDone := make(chan struct{})
-	go func() {
-		defer close(discDone)
-		px.RunDiscovery(ctx)
-	}()
-	defer func() { stop(); <-discDone }()
+	runDiscovery(t, px)
 	client := newClient(t)
 	url := "http://" + px.Addr("public").String() + "/"
 	get := func() {

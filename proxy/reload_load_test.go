@@ -40,13 +40,7 @@ func TestUpdateUnderLoad(t *testing.T) {
 		return y
 	}
 	px := startMatrixProxy(t, yaml(0))
-	ctx, stop := context.WithCancel(context.Background())
-	discDone := make(chan struct{})
-	go func() {
-		defer close(discDone)
-		px.RunDiscovery(ctx)
-	}()
-	defer func() { stop(); <-discDone }()
+	runDiscovery(t, px)
 	addr := px.Addr("public").String()
 
 	h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}

@@ -31,6 +31,17 @@ func loadYAML(t *testing.T, yaml string) *config.Config {
 	return cfg
 }
 
+// runDiscovery runs px's discovery until the test ends.
+func runDiscovery(t *testing.T, px *Proxy) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		px.RunDiscovery(ctx)
+	}()
+	t.Cleanup(func() { stop(); <-done })
+}
+
 // countingOrigin answers its name and counts the connections it accepted;
 // closed receives one value per connection closed. /slow is answered
 // once release is closed, after a value on started.
@@ -87,13 +98,7 @@ func TestUpdate(t *testing.T) {
 	bAddr, _, _ := countingOrigin(t, "B", nil, nil)
 	a, b := [2]string{"a", aAddr}, [2]string{"b", bAddr}
 	px := startMatrixProxy(t, reloadYAML("a", a, b))
-	ctx, stop := context.WithCancel(context.Background())
-	discDone := make(chan struct{})
-	go func() {
-		defer close(discDone)
-		px.RunDiscovery(ctx)
-	}()
-	defer func() { stop(); <-discDone }()
+	runDiscovery(t, px)
 	base := "http://" + px.Addr("public").String()
 	client := newClient(t)
 	get := func(path, want string) {

@@ -36,21 +36,9 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "ebb drain: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	case set["admin"] && set["config"]:
-		fmt.Fprintln(stderr, "ebb drain: -admin and -config both name the admin address; give one")
-		return exitUsage
-	case set["set"] && !set["config"]:
-		fmt.Fprintln(stderr, "ebb drain: -set needs -config")
-		return exitUsage
-	case *timeout <= 0:
-		fmt.Fprintf(stderr, "ebb drain: -timeout must be positive, got %s\n", *timeout)
-		return exitUsage
+	set, code := checkAdminFlags(fs, "ebb drain", *timeout, stderr)
+	if code >= 0 {
+		return code
 	}
 	if set["config"] {
 		cfg, err := loadConfig(cf)
@@ -88,6 +76,27 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ebb at %s: exited\n", *addr)
 	return exitOK
+}
+
+// checkAdminFlags checks the flags shared by the commands that talk to a
+// running ebb's admin server (-admin, -config, -set, -timeout) and
+// returns which were given, or an exit status (else -1).
+func checkAdminFlags(fs *flag.FlagSet, cmd string, timeout time.Duration, stderr io.Writer) (map[string]bool, int) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", cmd, fs.Arg(0))
+	case set["admin"] && set["config"]:
+		fmt.Fprintf(stderr, "%s: -admin and -config both name the admin address; give one\n", cmd)
+	case set["set"] && !set["config"]:
+		fmt.Fprintf(stderr, "%s: -set needs -config\n", cmd)
+	case timeout <= 0:
+		fmt.Fprintf(stderr, "%s: -timeout must be positive, got %s\n", cmd, timeout)
+	default:
+		return set, -1
+	}
+	return set, exitUsage
 }
 
 // post sends an empty POST and expects 202 Accepted.

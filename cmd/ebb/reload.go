@@ -155,21 +155,9 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "ebb reload: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	case set["admin"] && set["config"]:
-		fmt.Fprintln(stderr, "ebb reload: -admin and -config both name the admin address; give one")
-		return exitUsage
-	case set["set"] && !set["config"]:
-		fmt.Fprintln(stderr, "ebb reload: -set needs -config")
-		return exitUsage
-	case *timeout <= 0:
-		fmt.Fprintf(stderr, "ebb reload: -timeout must be positive, got %s\n", *timeout)
-		return exitUsage
+	set, code := checkAdminFlags(fs, "ebb reload", *timeout, stderr)
+	if code >= 0 {
+		return code
 	}
 	if set["config"] {
 		cfg, err := loadConfig(cf)

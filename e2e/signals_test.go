@@ -75,13 +75,7 @@ func TestReload(t *testing.T) {
 		}
 	}
 	client := newClient(t)
-	get := func(want string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, e.url("public", "/"), nil)
-		if status, body, _ := do(t, client, req); status != 200 || string(body) != want {
-			t.Fatalf("GET /: %d %q, want 200 %q", status, body, want)
-		}
-	}
+	get := func(want string) { t.Helper(); expectBody(t, client, e.url("public", "/"), want) }
 	postReload := func() (int, map[string]any) {
 		t.Helper()
 		resp, err := http.Post(e.adminURL("/reload"), "", nil)
@@ -269,13 +263,7 @@ func TestReloadWatch(t *testing.T) {
 		return strings.Replace(y, "admin: { address: 127.0.0.1:0 }", "admin: { address: "+adminAddr+" }", 1)
 	}
 	client := newClient(t)
-	get := func(want string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, e.url("public", "/"), nil)
-		if status, body, _ := do(t, client, req); status != 200 || string(body) != want {
-			t.Fatalf("GET /: %d %q, want 200 %q", status, body, want)
-		}
-	}
+	get := func(want string) { t.Helper(); expectBody(t, client, e.url("public", "/"), want) }
 	get("A")
 
 	// A ConfigMap update.
@@ -307,5 +295,15 @@ func TestReloadWatch(t *testing.T) {
 	e.stopped = true // the rejected file was logged as an error, on purpose
 	if code, err := e.terminate(); err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d, %v; want 0. Log:\n%s", code, err, e.logs())
+	}
+}
+
+// expectBody GETs url and fails the test unless the answer is 200 with
+// body want.
+func expectBody(t *testing.T, client *http.Client, url, want string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if status, body, _ := do(t, client, req); status != 200 || string(body) != want {
+		t.Fatalf("GET %s: %d %q, want 200 %q", url, status, body, want)
 	}
 }

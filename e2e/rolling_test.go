@@ -36,7 +36,8 @@ const (
 // TestRollingRestart replaces the three backends of a cluster one by one
 // under keep-alive GET and POST load, as a Deployment's rolling update
 // does: each leaves ebb's discovery file first, is stopped with
-// http.Server.Shutdown once ebb has applied the change, and its
+// http.Server.Shutdown once /endpoints no longer lists it (ebb has
+// applied the change and ended its last exchange there), and its
 // replacement (on a new port) then joins the file. Every client (Go's
 // HTTP/1.1 client, a strict HTTP/1.1 client that never retries, Go's
 // HTTP/2 client) sees exactly zero errors, and every replacement serves.

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -72,15 +73,19 @@ type Cluster struct {
 	cfg       config.Cluster
 	endpoints atomic.Pointer[[]*Endpoint] // those requests go to
 	all       atomic.Pointer[[]*Endpoint] // every endpoint of the last set
-	rr        atomic.Uint64
-	p2c       bool
-	netHTTP   bool        // endpoints are reached through net/http (h2c, h2, auto)
-	scheme    string      // of upstream URLs: "http" or "https"
-	tls       *tls.Config // h2 and auto clusters
-	metrics   *metrics.Cluster
-	reg       *drain.Registry // for counting dials during the drain
-	budget    budget
-	source    discovery.Source // nil if the configuration named none usable
+	// leaving holds endpoints discovery removed while exchanges were in
+	// flight on them, for /endpoints; pruned at the next update. Written
+	// by the one goroutine that updates the cluster.
+	leaving atomic.Pointer[[]*Endpoint]
+	rr      atomic.Uint64
+	p2c     bool
+	netHTTP bool        // endpoints are reached through net/http (h2c, h2, auto)
+	scheme  string      // of upstream URLs: "http" or "https"
+	tls     *tls.Config // h2 and auto clusters
+	metrics *metrics.Cluster
+	reg     *drain.Registry // for counting dials during the drain
+	budget  budget
+	source  discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
 	// goroutine that updates the cluster.
 	lastSet atomic.Pointer[discovery.Set]
@@ -176,11 +181,26 @@ func (c *Cluster) setEndpoints(set discovery.Set) {
 	if len(picked) == 0 {
 		picked = all
 	}
+	// The removed ones are marked and listed as leaving before they
+	// disappear from all: at no moment does State omit an endpoint that
+	// an exchange has claimed (see claim).
+	var leaving []*Endpoint
+	if l := c.leaving.Load(); l != nil {
+		for _, ep := range *l {
+			if ep.inflight.Load() > 0 && ep.removed.Load() {
+				leaving = append(leaving, ep)
+			}
+		}
+	}
+	for _, gone := range byAddr {
+		gone.removed.Store(true)
+		leaving = append(leaving, gone)
+	}
+	c.leaving.Store(&leaving)
 	c.all.Store(&all)
 	c.endpoints.Store(&picked)
 	c.lastSet.Store(&set)
 	for _, gone := range byAddr {
-		gone.removed.Store(true)
 		gone.closeIdle()
 	}
 	// One that no longer takes requests (it is terminating while others
@@ -233,7 +253,8 @@ func (c *Cluster) dialContext(ctx context.Context, ep *Endpoint) (net.Conn, erro
 	return nc, nil
 }
 
-// pick chooses the endpoint for one request, or nil when there is none.
+// Pick chooses the endpoint for one request, or nil when there is none.
+// The exchange claims it (see claim) when it starts.
 func (c *Cluster) Pick() *Endpoint {
 	eps := *c.endpoints.Load()
 	switch n := len(eps); n {
@@ -272,6 +293,33 @@ func (c *Cluster) Pick() *Endpoint {
 			return b
 		}
 		return c.firstAvailable(eps, a)
+	}
+}
+
+// claim counts one exchange on ep, picked for it a moment ago, and
+// returns the endpoint to send it to: ep, unless discovery removed ep
+// since; then another one picked now (ep itself when no other is left).
+//
+// Counting before looking at removed, both sequentially consistent, is
+// what makes the end of a removal observable: once removed is set and
+// the count has been seen at zero, no exchange will ever start on the
+// endpoint again, so a backend told to stop after /endpoints stops listing
+// it (State lists it as removed until then) gets no request it would have
+// to race with its own shutdown (Go's http.Server.Shutdown closes a
+// connection whose request it has received but not yet read, which no
+// HTTP/1.1 client can tell from a crash in the handler).
+func (c *Cluster) claim(ep *Endpoint) *Endpoint {
+	for tries := 1; ; tries++ {
+		ep.inflight.Add(1)
+		if !ep.removed.Load() || tries == 3 {
+			return ep
+		}
+		next := c.Pick()
+		if next == nil || next == ep {
+			return ep
+		}
+		ep.Release()
+		ep = next
 	}
 }
 
@@ -354,7 +402,9 @@ type State struct {
 type EndpointState struct {
 	Address string `json:"address"`
 	// State is ready, serving (terminating, used only while no endpoint
-	// is ready) or terminating.
+	// is ready) or terminating; removed for an endpoint discovery no
+	// longer lists that still has exchanges in flight (listed until the
+	// last one ends: from then on ebb sends it nothing, see claim).
 	State    string `json:"state"`
 	InFlight int64  `json:"in_flight"`
 	// Ejected: passive health has taken it out of the balancer's choice
@@ -369,10 +419,20 @@ func (c *Cluster) State() State {
 	if set := c.lastSet.Load(); set != nil {
 		st.Source, st.Updated = set.Source, set.Updated
 	}
-	for _, ep := range *c.all.Load() {
+	eps := *c.all.Load()
+	for _, ep := range eps {
 		st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr,
 			State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load(),
 			Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
+	}
+	if l := c.leaving.Load(); l != nil {
+		for _, ep := range *l {
+			// One read of all from before the update lists it already.
+			if n := ep.inflight.Load(); n > 0 && ep.removed.Load() && !slices.Contains(eps, ep) {
+				st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr, State: "removed", InFlight: n,
+					Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
+			}
+		}
 	}
 	return st
 }

@@ -3,9 +3,11 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,14 +141,69 @@ func TestRemovedEndpointClosesConnectionsAfterLastExchange(t *testing.T) {
 	}()
 	<-arrived
 	c.Update(discovery.Set{Endpoints: []discovery.Endpoint{{Address: "127.0.0.1:1"}}})
+	// Until its exchange ends, the endpoint is listed as removed: a
+	// backend waiting for it to go from /endpoints is not stopped early.
+	if got := endpointStates(c); got != "127.0.0.1:1=ready/0 "+origin+"=removed/1" {
+		t.Fatalf("state while the exchange is in flight: %s", got)
+	}
 	close(answer)
 	if status := <-done; status != 200 {
 		t.Fatalf("the request in flight got %d", status)
+	}
+	if got := endpointStates(c); got != "127.0.0.1:1=ready/0" {
+		t.Fatalf("state after the last exchange: %s", got)
 	}
 	select {
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the removed endpoint's connection stayed open after its last exchange")
+	}
+}
+
+// endpointStates renders c.State's endpoints as address=state/in-flight.
+func endpointStates(c *Cluster) string {
+	var b strings.Builder
+	for i, ep := range c.State().Endpoints {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s/%d", ep.Address, ep.State, ep.InFlight)
+	}
+	return b.String()
+}
+
+// TestClaimSkipsRemovedEndpoint: an exchange whose endpoint discovery
+// removed between the pick and the send goes to one still listed, so
+// that nothing reaches a backend after /endpoints stopped listing it.
+// With no other endpoint left it keeps the one it picked.
+func TestClaimSkipsRemovedEndpoint(t *testing.T) {
+	c := testCluster(config.BalancerRoundRobin, "a:1", "b:1")
+	SetRoundRobin(c, 0)
+	a := c.Pick()
+	if a.addr != "a:1" {
+		t.Fatalf("picked %s first", a.addr)
+	}
+	c.setEndpoints(discovery.Set{Endpoints: []discovery.Endpoint{{Address: "b:1"}}})
+	got := c.claim(a)
+	if got.addr != "b:1" || a.inflight.Load() != 0 || got.inflight.Load() != 1 {
+		t.Fatalf("claim of a removed endpoint: got %s (%d in flight), a has %d", got.addr, got.inflight.Load(), a.inflight.Load())
+	}
+	if s := endpointStates(c); s != "b:1=ready/1" {
+		t.Fatalf("state: %s (a removed endpoint with nothing in flight is not listed)", s)
+	}
+	got.Release()
+
+	b := got
+	c.setEndpoints(discovery.Set{})
+	if got := c.claim(b); got != b || b.inflight.Load() != 1 {
+		t.Fatalf("claim with no endpoint left: got %s, %d in flight", got.addr, b.inflight.Load())
+	}
+	if s := endpointStates(c); s != "b:1=removed/1" {
+		t.Fatalf("state: %s", s)
+	}
+	b.Release()
+	if s := endpointStates(c); s != "" {
+		t.Fatalf("state after the last exchange: %s", s)
 	}
 }
 

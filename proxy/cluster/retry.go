@@ -109,7 +109,7 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 	idempotent := upstream.IsIdempotent(req)
 	for attempt := 1; ; attempt++ {
 		streamed := req.BodyStream() != nil
-		ep.inflight.Add(1) // the transport takes it off
+		ep = c.claim(ep) // the transport takes the count off
 		err := ep.rt.RoundTrip(ctx, req, resp)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode())
@@ -144,9 +144,12 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		if body != nil {
 			a = body.StartAttempt()
 		}
+		if claimed := c.claim(ep); claimed != ep {
+			ep = claimed
+			out = redirect(ctx, out, ep, keep)
+		}
 		var cause context.Context
 		out, cause = upstream.ResendOnce(out, a, idempotent, h2)
-		ep.inflight.Add(1)
 		resp, err := ep.ht.RoundTrip(out)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode)
@@ -163,11 +166,18 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 			return nil, ep, err
 		}
 		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
-		out = out.Clone(ctx)
-		out.URL.Host = next.addr
-		if keep != nil {
-			keep(out)
-		}
+		out = redirect(ctx, out, next, keep)
 		ep = next
 	}
+}
+
+// redirect returns a copy of out addressed to ep, adjusted by keep (if
+// not nil).
+func redirect(ctx context.Context, out *http.Request, ep *Endpoint, keep func(*http.Request)) *http.Request {
+	out = out.Clone(ctx)
+	out.URL.Host = ep.addr
+	if keep != nil {
+		keep(out)
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -15,8 +16,8 @@ import (
 )
 
 // TestUpdateUnderLoad reloads 200 times while keep-alive clients (two on
-// Go's HTTP/1.1 client, two on an h2c client) send requests without
-// pause: the route moves between two clusters, one cluster's
+// Go's HTTP/1.1 client, two on an h2c client, two strict HTTP/1.1
+// clients that never retry) send requests without pause: the route moves between two clusters, one cluster's
 // endpoints change and its timeouts change, a third cluster comes and
 // goes. Every request must succeed, from one of the clusters the route
 // pointed to, and both must have served.
@@ -48,12 +49,22 @@ func TestUpdateUnderLoad(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}}
 	t.Cleanup(h1.CloseIdleConnections)
+	h1Do := func(c *http.Client) func() (string, error) {
+		return func() (string, error) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				return "", err
+			}
+			return readAnswer(resp)
+		}
+	}
 	var served [2]atomic.Int64 // A, B
 	var failures atomic.Int64
 	var firstErr atomic.Value
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, c := range []*http.Client{h1, h1, h2c, h2c} {
+	for _, do := range []func() (string, error){h1Do(h1), h1Do(h1), h1Do(h2c), h1Do(h2c), strictDo(t, addr), strictDo(t, addr)} {
 		wg.Go(func() {
 			for {
 				select {
@@ -61,22 +72,14 @@ func TestUpdateUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-				resp, err := c.Do(req)
-				if err != nil {
+				body, err := do()
+				switch {
+				case err != nil:
 					failures.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				switch {
-				case err != nil || resp.StatusCode != 200:
-					failures.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", resp.StatusCode, body, err))
-				case string(body) == "A":
+				case body == "A":
 					served[0].Add(1)
-				case string(body) == "B":
+				case body == "B":
 					served[1].Add(1)
 				default:
 					failures.Add(1)
@@ -101,6 +104,54 @@ func TestUpdateUnderLoad(t *testing.T) {
 		t.Fatalf("served A %d, B %d times: both clusters must have served", served[0].Load(), served[1].Load())
 	}
 	t.Logf("200 reloads under load: %d requests from A, %d from B, none failed", served[0].Load(), served[1].Load())
+}
+
+// readAnswer reads and closes resp's body, an error unless the status is
+// 200.
+func readAnswer(resp *http.Response) (string, error) {
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%d %q %v", resp.StatusCode, body, err)
+	}
+	return string(body), nil
+}
+
+// strictDo returns a strict HTTP/1.1 client's request: over one keep-alive
+// connection, never retried, a new connection only after an answer that
+// said Connection: close. Unlike Go's client, which sends a request again
+// on a new connection when a reused one turns out closed, it takes any
+// failure for what a client would see.
+func strictDo(t *testing.T, addr string) func() (string, error) {
+	var c net.Conn
+	var br *bufio.Reader
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	})
+	return func() (string, error) {
+		if c == nil {
+			var err error
+			if c, err = net.Dial("tcp", addr); err != nil {
+				return "", err
+			}
+			br = bufio.NewReader(c)
+		}
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"); err != nil {
+			return "", fmt.Errorf("strict client: writing: %w", err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "", fmt.Errorf("strict client: reading the answer: %w", err)
+		}
+		body, err := readAnswer(resp)
+		if resp.Close {
+			c.Close()
+			c = nil
+		}
+		return body, err
+	}
 }
 
 func nameOriginAddr(t *testing.T, name string) string {

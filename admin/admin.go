@@ -40,7 +40,10 @@ type Readiness interface {
 
 // Options configure the admin server.
 type Options struct {
-	Address   string
+	Address string
+	// Listen opens the socket for Address (nil: net.Listen), for a socket
+	// handed over by the process ebb takes over from.
+	Listen    func(address string) (net.Listener, error)
 	Readiness Readiness
 	Metrics   http.Handler
 	// Config returns the effective configuration, secrets redacted.
@@ -66,7 +69,11 @@ type Server struct {
 
 // Start binds the admin address and serves in the background.
 func Start(o Options) (*Server, error) {
-	ln, err := net.Listen("tcp", o.Address)
+	listen := o.Listen
+	if listen == nil {
+		listen = func(address string) (net.Listener, error) { return net.Listen("tcp", address) }
+	}
+	ln, err := listen(o.Address)
 	if err != nil {
 		return nil, fmt.Errorf("admin: listening on %s: %w", o.Address, err)
 	}
@@ -142,7 +149,8 @@ func Start(o Options) (*Server, error) {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// net.ErrClosed: StopAccepting closed the socket.
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			o.Log.Error("admin server stopped", "err", err)
 		}
 	}()
@@ -164,6 +172,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // Addr returns the bound address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Listener returns the listening socket, for handing over to a successor
+// process.
+func (s *Server) Listener() net.Listener { return s.ln }
+
+// StopAccepting closes the listening socket: requests on connections
+// already open are still answered, until Shutdown or Close. (After a
+// takeover, the successor accepts on the same socket.)
+func (s *Server) StopAccepting() { s.ln.Close() }
 
 // Shutdown stops the admin server gracefully.
 func (s *Server) Shutdown(ctx context.Context) error {

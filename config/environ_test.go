@@ -52,7 +52,7 @@ func TestEnvironmentNotOurs(t *testing.T) {
 		for _, p := range cfg.Ignored {
 			got = append(got, p.String())
 		}
-		const ignored = ": not a configuration key (the top-level keys are admin, listeners, clusters, drain, telemetry, reload); ignored"
+		const ignored = ": not a configuration key (the top-level keys are admin, listeners, clusters, drain, telemetry, reload, takeover); ignored"
 		want := []string{
 			"environment EBB_DRAIN_TIMEOUT" + ignored + "; did you mean EBB_DRAIN__TIMEOUT? Levels are separated by two underscores",
 			"environment EBB_DRIAN__TIMEOUT" + ignored + "; did you mean EBB_DRAIN__TIMEOUT?",

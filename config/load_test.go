@@ -132,7 +132,7 @@ func TestLoadProblems(t *testing.T) {
 		{
 			name: "unknown top-level key lists known keys",
 			yaml: minimal + "bogus: 1\n",
-			want: []string{"bogus: unknown key (known here: admin, listeners, clusters, drain, telemetry, reload)"},
+			want: []string{"bogus: unknown key (known here: admin, listeners, clusters, drain, telemetry, reload, takeover)"},
 		},
 		{
 			name: "bad duration and size",
@@ -438,6 +438,24 @@ func TestValidateRetries(t *testing.T) {
 		t.Run(tc.set, func(t *testing.T) {
 			yaml := strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)
 			loadWants(t, yaml, tc.want)
+		})
+	}
+}
+
+func TestValidateTakeover(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		socket string
+		want   string // a problem; none if empty
+	}{
+		{socket: ""},
+		{socket: dir + "/takeover.sock"},
+		{socket: "@ebb", want: `takeover.socket: expected a filesystem path, got the abstract socket "@ebb"`},
+		{socket: dir + "/missing/takeover.sock", want: "takeover.socket: expected a path in an existing directory"},
+		{socket: "/" + strings.Repeat("x", 120), want: "takeover.socket: expected a path of at most 107 bytes"},
+	} {
+		t.Run(tc.socket, func(t *testing.T) {
+			loadWants(t, minimal+fmt.Sprintf("takeover: { socket: %q }\n", tc.socket), tc.want)
 		})
 	}
 }

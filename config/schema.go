@@ -19,6 +19,7 @@ type Config struct {
 	Drain     Drain      `key:"drain"`
 	Telemetry Telemetry  `key:"telemetry"`
 	Reload    Reload     `key:"reload"`
+	Takeover  Takeover   `key:"takeover"`
 
 	// Source names where the configuration came from (the file path), for
 	// messages. It is not a key of the file.
@@ -37,6 +38,20 @@ type Reload struct {
 	// a file caught half-written fails validation and changes nothing,
 	// and a ConfigMap update then needs no signal.
 	Watch bool `key:"watch"`
+}
+
+// Takeover is the hitless restart: how a new ebb process on the same host
+// takes over the listening sockets of the running one (ebb run -takeover,
+// or SIGUSR2), so that no connection is refused while the old one drains.
+type Takeover struct {
+	// Socket is the path of the Unix socket on which the running ebb hands
+	// its listening sockets to a successor started with -takeover. Empty
+	// (the default): no takeover. It must be a filesystem path (not an
+	// abstract socket) in a directory only ebb's user can write, such as
+	// /run/ebb/takeover.sock: whoever connects gets the sockets and drains
+	// the running ebb (ebb also checks that the peer runs as its own user
+	// or root).
+	Socket string `key:"socket"`
 }
 
 // Admin is the admin HTTP server (/live, /ready, /metrics, /config).

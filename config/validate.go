@@ -85,6 +85,7 @@ func (c *Config) Validate() []Problem {
 		}
 	}
 	v.drain(c.Drain)
+	v.takeover(c.Takeover)
 	v.oneOf("telemetry.log.format", c.Telemetry.Log.Format, "json", "text")
 	v.oneOf("telemetry.log.level", c.Telemetry.Log.Level, "debug", "info", "warn", "error")
 	return v.problems
@@ -293,6 +294,25 @@ func dnsLabel(s string) bool {
 		}
 	}
 	return true
+}
+
+// maxUnixPath is the longest path a Unix socket address holds
+// (sun_path, with its terminating NUL).
+const maxUnixPath = 107
+
+func (v *validator) takeover(t Takeover) {
+	p := t.Socket
+	switch {
+	case p == "":
+	case strings.HasPrefix(p, "@"):
+		v.add("takeover.socket", "expected a filesystem path, got the abstract socket %q: any local user could connect to it and take the listeners", p)
+	case len(p) > maxUnixPath:
+		v.add("takeover.socket", "expected a path of at most %d bytes (a Unix socket address), got %d", maxUnixPath, len(p))
+	default:
+		if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {
+			v.add("takeover.socket", "expected a path in an existing directory, got %q", p)
+		}
+	}
 }
 
 func (v *validator) drain(d Drain) {

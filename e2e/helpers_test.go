@@ -92,10 +92,14 @@ type ebbProc struct {
 	// (see awaitLogLine).
 	logged chan struct{}
 
-	done     chan struct{} // closed once the process has exited and stderr is read
-	exitCode int           // set before done is closed
-	exitTime time.Time     // when the exit was seen; set before done is closed
-	stopped  bool          // stop has run
+	// exited is closed once the process has exited; done once, in
+	// addition, its stderr is read to the end (a successor it started
+	// writes to the same stderr: see TestTakeoverSIGUSR2).
+	exited   chan struct{}
+	done     chan struct{}
+	exitCode int       // set before exited is closed
+	exitTime time.Time // when the exit was seen; set before exited is closed
+	stopped  bool      // stop has run
 }
 
 // writeConfig writes a configuration file into a fresh temporary directory
@@ -135,17 +139,33 @@ var quickDrain = []string{
 
 func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 	t.Helper()
-	cmd := exec.Command(ebbBin, args...)
-	stderr, err := cmd.StderrPipe()
+	return startEbbCmd(t, path, exec.Command(ebbBin, args...))
+}
+
+// startEbbCmd is startEbbArgs for a command prepared by the caller (its
+// environment, its extra files).
+func startEbbCmd(t *testing.T, path string, cmd *exec.Cmd) *ebbProc {
+	t.Helper()
+	// A pipe of our own rather than StderrPipe: Wait then returns at the
+	// exit, even while a successor ebb started keeps the pipe open.
+	stderr, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stderr = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		stderr.Close()
 		t.Fatal(err)
 	}
-	e := &ebbProc{t: t, cmd: cmd, config: path, listeners: map[string]string{}, logged: make(chan struct{}), done: make(chan struct{})}
+	e := &ebbProc{t: t, cmd: cmd, config: path, listeners: map[string]string{}, logged: make(chan struct{}),
+		exited: make(chan struct{}), done: make(chan struct{})}
 	started := make(chan struct{})
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
+		defer stderr.Close()
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		once := false
@@ -172,6 +192,8 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 			e.mu.Unlock()
 		}
 		io.Copy(io.Discard, stderr)
+	}()
+	go func() {
 		err := cmd.Wait()
 		exitTime := time.Now()
 		code := 0
@@ -187,6 +209,8 @@ func startEbbArgs(t *testing.T, path string, args ...string) *ebbProc {
 		e.exitCode = code
 		e.exitTime = exitTime
 		e.mu.Unlock()
+		close(e.exited)
+		<-read
 		close(e.done)
 	}()
 	t.Cleanup(func() { e.stop() })
@@ -229,8 +253,8 @@ func (e *ebbProc) stop() {
 // within stopTimeout it is killed and an error is returned.
 func (e *ebbProc) terminate() (int, error) {
 	select {
-	case <-e.done:
-		return e.exitCode, nil
+	case <-e.exited:
+		return e.wait(stopTimeout)
 	default:
 	}
 	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {

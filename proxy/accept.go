@@ -82,6 +82,16 @@ func (a *acceptLoop) stop() error {
 	return err
 }
 
+// stopped reports whether stop has been called.
+func (a *acceptLoop) stopped() bool {
+	select {
+	case <-a.quit:
+		return true
+	default:
+		return false
+	}
+}
+
 // chanListener is a net.Listener fed from our accept loop. fasthttp's
 // Server.Serve takes a listener; giving it this one keeps accepting in our
 // hands while fasthttp still tracks the connections it serves, so that its

@@ -94,9 +94,9 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 	return l
 }
 
-// bind opens the listening socket.
-func (l *listener) bind() error {
-	ln, err := net.Listen("tcp", l.cfg.Address)
+// bind opens the listening socket with listen.
+func (l *listener) bind(listen ListenFunc) error {
+	ln, err := listen(l.cfg.Address)
 	if err != nil {
 		return fmt.Errorf("proxy: listener %q: %w", l.cfg.Name, err)
 	}

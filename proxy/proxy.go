@@ -42,7 +42,7 @@ var ErrClosed = errors.New("proxy: closed")
 // Proxy serves every listener of one configuration.
 //
 // listeners are set by New and fixed after; snap is swapped whole by
-// Update (live reload). mu guards started and closed.
+// Update (live reload). mu guards bound, started and closed.
 type Proxy struct {
 	log       *slog.Logger
 	reg       *drain.Registry
@@ -54,6 +54,7 @@ type Proxy struct {
 	goAwayGrace time.Duration
 
 	mu      sync.Mutex
+	bound   bool
 	started bool
 	closed  bool
 	wg      sync.WaitGroup // serving goroutines
@@ -89,30 +90,82 @@ func accessLog(cfg *config.Config, log *slog.Logger) *slog.Logger {
 	return log.With("log", "access")
 }
 
-// Start binds every listener and starts serving. If one cannot be bound,
-// those already bound are closed and the error names the listener.
+// Start binds every listener and starts serving: Bind, then Serve.
 func (p *Proxy) Start() error {
+	if err := p.Bind(nil); err != nil {
+		return err
+	}
+	return p.Serve()
+}
+
+// ListenFunc opens a listener's socket for a configured address: for
+// example net.Listen("tcp", address), or a socket handed over by the
+// process ebb takes over from (see drain/takeover).
+type ListenFunc func(address string) (net.Listener, error)
+
+// Bind opens every listener's socket with listen (nil: net.Listen) and
+// loads its certificates, without accepting yet. If one fails, those
+// already open are closed and the error names the listener.
+func (p *Proxy) Bind(listen ListenFunc) error {
+	if listen == nil {
+		listen = func(address string) (net.Listener, error) { return net.Listen("tcp", address) }
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
 	}
-	if p.started {
-		return errors.New("proxy: already started")
+	if p.bound {
+		return errors.New("proxy: already bound")
 	}
 	for i, l := range p.listeners {
-		if err := l.bind(); err != nil {
+		if err := l.bind(listen); err != nil {
 			for _, b := range p.listeners[:i] {
 				b.close()
 			}
 			return err
 		}
 	}
+	p.bound = true
+	return nil
+}
+
+// Serve starts accepting on the sockets Bind opened.
+func (p *Proxy) Serve() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return ErrClosed
+	case !p.bound:
+		return errors.New("proxy: not bound")
+	case p.started:
+		return errors.New("proxy: already started")
+	}
 	p.started = true
 	for _, l := range p.listeners {
 		p.wg.Go(l.serve)
 	}
 	return nil
+}
+
+// Socket is a listener's listening socket, as Sockets reports it.
+type Socket struct {
+	Name     string // the listener's name
+	Address  string // its configured address
+	Listener net.Listener
+}
+
+// Sockets returns the listening socket of every bound listener that still
+// accepts, for handing over to a successor process.
+func (p *Proxy) Sockets() []Socket {
+	var out []Socket
+	for _, l := range p.listeners {
+		if l.loop != nil && !l.loop.stopped() {
+			out = append(out, Socket{Name: l.cfg.Name, Address: l.cfg.Address, Listener: l.loop.ln})
+		}
+	}
+	return out
 }
 
 // MetricsProducer returns the producer of the per-request metrics, to be

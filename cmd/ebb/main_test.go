@@ -68,7 +68,7 @@ func TestCheckEnvironment(t *testing.T) {
 	if !strings.Contains(out.String(), "examples/ebb.yaml: ok") {
 		t.Errorf("stdout %q, want the file reported ok", out.String())
 	}
-	want := "ebb: config: warning: environment EBB_DRAIN_TIMEOUT: not a configuration key (the top-level keys are admin, listeners, clusters, drain, telemetry, reload); ignored; did you mean EBB_DRAIN__TIMEOUT? Levels are separated by two underscores\n"
+	want := "ebb: config: warning: environment EBB_DRAIN_TIMEOUT: not a configuration key (the top-level keys are admin, listeners, clusters, drain, telemetry, reload, takeover); ignored; did you mean EBB_DRAIN__TIMEOUT? Levels are separated by two underscores\n"
 	if errOut.String() != want {
 		t.Errorf("stderr:\n%s\nwant exactly:\n%s", errOut.String(), want)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ebb-proxy/ebb/admin"
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/drain/takeover"
 	"github.com/ebb-proxy/ebb/proxy"
 	"github.com/ebb-proxy/ebb/telemetry"
 )
@@ -27,13 +28,22 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf configFlags
 	cf.register(fs)
+	takeoverFlag := fs.Bool("takeover", false, "take over the listening sockets of the ebb offering them on takeover.socket; it then drains and exits (see README, Restart)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	childArgs := fs.Args() // after "--"
+	if *takeoverFlag && len(childArgs) > 0 {
+		fmt.Fprintln(stderr, "ebb: -takeover cannot be used with a child command (-- CMD): the application would run twice")
+		return exitUsage
+	}
 	cfg, err := loadConfig(cf)
 	if err != nil {
 		printConfigError(stderr, err)
+		return exitConfig
+	}
+	if *takeoverFlag && cfg.Takeover.Socket == "" {
+		fmt.Fprintf(stderr, "ebb: -takeover: %s does not set takeover.socket: set it, to the same path, for the running ebb and this one\n", cfg.Source)
 		return exitConfig
 	}
 	tel, err := telemetry.New(cfg.Telemetry, stderr)
@@ -58,10 +68,59 @@ func cmdRun(args []string, stderr io.Writer) int {
 		defer signal.Stop(hups)
 	}
 
-	s, err := startServing(cf, cfg, tel)
+	// SIGUSR2 starts a successor that takes over (when takeover.socket is
+	// set), as nginx's binary upgrade does, unless drain.signals lists it.
+	usr2 := make(chan os.Signal, 1)
+	if !slices.Contains(cfg.Drain.Signals, "SIGUSR2") {
+		signal.Notify(usr2, syscall.SIGUSR2)
+		defer signal.Stop(usr2)
+	}
+	// systemd's notification socket is ebb's alone, not the child's.
+	notifySocket := os.Getenv("NOTIFY_SOCKET")
+	os.Unsetenv("NOTIFY_SOCKET")
+
+	socks, err := takeover.FromEnv()
+	if err != nil {
+		log.Error("sockets passed by systemd", "err", err)
+		return exitConfig
+	}
+	var ho *takeover.Handover
+	if *takeoverFlag {
+		if ho, err = takeOver(cfg.Takeover.Socket, log); err != nil {
+			log.Error("taking over", "err", err)
+			return exitConfig
+		}
+		if ho != nil {
+			socks = ho.Sockets.Join(socks)
+		}
+	}
+	s, err := startServing(cf, cfg, tel, socks)
 	if err != nil {
 		log.Error("starting", "err", err)
+		if ho != nil {
+			ho.Fail(err)
+			log.Info("takeover: the running ebb serves on", "pid", ho.PID)
+		}
+		socks.Close()
 		return exitConfig
+	}
+	for _, k := range socks.Close() {
+		log.Warn("a socket handed over is not in this configuration: closed", "kind", k.Kind, "name", k.Name, "address", k.Bound)
+	}
+	ready := "READY=1"
+	if ho != nil {
+		if err := ho.Serving(); err != nil {
+			log.Warn("takeover: serving, but the previous ebb did not confirm that it drains", "pid", ho.PID, "err", err)
+		} else {
+			log.Info("takeover: serving; the previous ebb drains", "pid", ho.PID)
+		}
+		ready = fmt.Sprintf("MAINPID=%d\nREADY=1", os.Getpid())
+	}
+	if err := notify(notifySocket, ready); err != nil {
+		log.Warn("telling systemd that ebb is ready (NOTIFY_SOCKET)", "err", err)
+	}
+	if len(childArgs) == 0 {
+		s.successor = newSuccessor(os.Args[0], args, notifySocket, log)
 	}
 	var child *child
 	if len(childArgs) > 0 {
@@ -73,7 +132,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 			return exitConfig
 		}
 	}
-	res := s.run(cfg, sigs, hups, child)
+	res := s.run(cfg, signalChans{drain: sigs, hup: hups, usr2: usr2}, child)
 
 	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.adm.Shutdown(shutCtx)
@@ -91,16 +150,23 @@ func cmdRun(args []string, stderr io.Writer) int {
 // serving is a running ebb: the proxy, its drain controller, its
 // reloader and the admin server.
 type serving struct {
+	cfg *config.Config // as started
 	px  *proxy.Proxy
 	ctl *drain.Controller
 	rl  *reloader
 	adm *admin.Server
 	log *slog.Logger
+	// tko offers the sockets to a successor (nil: takeover.socket unset);
+	// successor starts one on SIGUSR2 (nil: not with a child).
+	tko       *takeover.Offer
+	successor *successor
 }
 
-// startServing builds the proxy for cfg, binds its listeners and starts
-// the admin server. On error nothing is left listening.
-func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry) (*serving, error) {
+// startServing builds the proxy for cfg, binds its listeners and the admin
+// server, taking the sockets socks holds (handed over, or passed by
+// systemd) and binding the others, and starts serving. On error nothing is
+// left listening, and nothing has been accepted.
+func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, socks *takeover.Set) (*serving, error) {
 	log := tel.Logger
 	reg := drain.NewRegistry()
 	px, err := proxy.New(cfg, reg, tel.Meter, log)
@@ -108,13 +174,16 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry) 
 		return nil, fmt.Errorf("building the proxy: %w", err)
 	}
 	tel.AddProducer(px.MetricsProducer())
-	if err := px.Start(); err != nil {
+	// Everything is bound before anything is accepted: a start that fails
+	// half-way must not have taken a connection it would then drop.
+	if err := px.Bind(socks.Listen); err != nil {
 		return nil, err
 	}
 	ctl := drain.NewController(cfg.Drain, reg, px, log)
 	rl := newReloader(cf, cfg, px, ctl, tel.Meter, log)
 	adm, err := admin.Start(admin.Options{
 		Address:   cfg.Admin.Address,
+		Listen:    socks.Listen,
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),
 		Config:    rl.status,
@@ -131,22 +200,56 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry) 
 		px.Close()
 		return nil, err
 	}
+	s := &serving{cfg: cfg, px: px, ctl: ctl, rl: rl, adm: adm, log: log}
+	if path := cfg.Takeover.Socket; path != "" {
+		ln, err := socks.ListenUnix(path)
+		if err != nil {
+			adm.Close()
+			px.Close()
+			return nil, fmt.Errorf("takeover.socket: %w", err)
+		}
+		s.tko = s.offer(ln)
+	}
+	if err := px.Serve(); err != nil {
+		if s.tko != nil {
+			s.tko.Close()
+		}
+		adm.Close()
+		px.Close()
+		return nil, err
+	}
 	for _, l := range cfg.Listeners {
 		log.Info("listening", "listener", l.Name, "address", px.Addr(l.Name).String(), "role", l.Role)
 	}
-	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String())
-	return &serving{px: px, ctl: ctl, rl: rl, adm: adm, log: log}, nil
+	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "takeover_socket", cfg.Takeover.Socket)
+	return s, nil
+}
+
+// signalChans are the signals run watches: those that drain (a second one
+// forces the stop), SIGHUP (reload) and SIGUSR2 (a successor takes over)
+// when drain.signals does not list them.
+type signalChans struct {
+	drain, hup, usr2 <-chan os.Signal
 }
 
 // run serves until the drain has ended, with its owned goroutines: the
 // signal watcher, the child watcher, the application watcher and
 // discovery. They end once the drain has: discovery keeps running through
 // it, since requests in flight still need endpoints.
-func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *child) drain.Result {
+func (s *serving) run(cfg *config.Config, sigs signalChans, child *child) drain.Result {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { s.px.RunDiscovery(watchCtx) })
-	wg.Go(func() { s.watchSignals(watchCtx, sigs, hups, child) })
+	wg.Go(func() { s.watchSignals(watchCtx, sigs, child) })
+	if s.tko != nil {
+		// Offered until a successor takes over, or the exit: a successor
+		// may take over from an ebb that is draining already.
+		wg.Go(func() {
+			if err := s.tko.Serve(); err != nil {
+				s.log.Error("takeover: the socket failed; no successor can take over", "err", err)
+			}
+		})
+	}
 	if cfg.Reload.Watch {
 		wg.Go(func() { s.rl.watch(watchCtx) })
 	}
@@ -172,6 +275,9 @@ func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *ch
 
 	res, _ := s.ctl.Run(context.Background())
 	stopWatching()
+	if s.tko != nil {
+		s.tko.Close()
+	}
 	wg.Wait()
 	return res
 }
@@ -180,15 +286,24 @@ func (s *serving) run(cfg *config.Config, sigs, hups <-chan os.Signal, child *ch
 // second one into a forced stop, until ctx ends. Signals are counted here,
 // not inferred from the drain's state: a drain started by the
 // application's exit or the admin API does not make the first signal a
-// second one. A SIGHUP on hups (when drain.signals does not list it)
-// reloads the configuration file.
-func (s *serving) watchSignals(ctx context.Context, sigs, hups <-chan os.Signal, child *child) {
+// second one. A SIGHUP (when drain.signals does not list it) reloads the
+// configuration file; a SIGUSR2 starts a successor.
+func (s *serving) watchSignals(ctx context.Context, sigs signalChans, child *child) {
 	signals := 0
 	for {
 		select {
-		case <-hups:
+		case <-sigs.hup:
 			s.rl.reload("signal SIGHUP")
-		case sig := <-sigs:
+		case <-sigs.usr2:
+			switch {
+			case s.tko == nil:
+				s.log.Warn("SIGUSR2: a restart by takeover needs takeover.socket; ignored")
+			case s.successor == nil:
+				s.log.Warn("SIGUSR2: a restart by takeover is not done with a child command (-- CMD); ignored")
+			default:
+				s.successor.start()
+			}
+		case sig := <-sigs.drain:
 			signals++
 			name := signalName(sig)
 			if signals == 1 {

@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
@@ -82,8 +83,32 @@ func (c *call) Refuse() (int, string) {
 		return fasthttp.StatusMethodNotAllowed, forward.MsgConnect
 	case len(h.Host()) == 0 && h.IsHTTP11():
 		return fasthttp.StatusBadRequest, "ebb: missing Host header\n"
+	case hasUserinfo(h.RequestURI()):
+		// RFC 9110 §4.2.4: an error. Passed on, the transports would
+		// turn it into an Authorization header the client never sent.
+		return fasthttp.StatusBadRequest, "ebb: userinfo (user:password@) in the request target\n"
+	case !headers.ValidFastNames(h):
+		// "Transfer Encoding" is no header to ebb; an upstream that
+		// reads it otherwise could frame the request differently.
+		return fasthttp.StatusBadRequest, "ebb: invalid header field name\n"
 	}
 	return 0, ""
+}
+
+// hasUserinfo reports whether an absolute-form request target names a
+// user in its authority (http://user:pw@host/).
+func hasUserinfo(target []byte) bool {
+	if len(target) == 0 || target[0] == '/' || target[0] == '*' {
+		return false
+	}
+	_, rest, ok := bytes.Cut(target, []byte("://"))
+	if !ok {
+		return false
+	}
+	if end := bytes.IndexAny(rest, "/?#"); end >= 0 {
+		rest = rest[:end]
+	}
+	return bytes.IndexByte(rest, '@') >= 0
 }
 
 // Prepare chooses between an upgrade and an exchange, holds the body to

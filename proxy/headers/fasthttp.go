@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 )
 
 var http11 = []byte("HTTP/1.1")
@@ -23,6 +24,22 @@ func scanResponse(h *fasthttp.ResponseHeader) (found hopMask) {
 		found |= hopBit(k)
 	}
 	return found
+}
+
+// ValidFastNames reports whether every field name of h is a token (RFC
+// 9110 §5.1): no space, no control, no separator.
+func ValidFastNames(h *fasthttp.RequestHeader) bool {
+	for k := range h.All() {
+		if len(k) == 0 {
+			return false
+		}
+		for _, b := range k {
+			if !httpguts.IsTokenRune(rune(b)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // FastRequest applies the request rules to a request header going

@@ -46,7 +46,8 @@ clusters:
 // (twice: it never drains nor stops ebb whose drain.signals is the
 // default), POST /reload and `ebb reload`. Each good file is in force for
 // the client's next request on the same connection; each bad one (a YAML
-// syntax error, a route to an unknown cluster, a file gone) is rejected by
+// syntax error, a route to an unknown cluster, an invalid value, a file
+// that cannot be read, a file gone) is rejected by
 // every trigger with its problems, and the running configuration keeps
 // serving. /config shows the generation; SIGTERM then drains as usual.
 func TestReload(t *testing.T) {
@@ -116,18 +117,29 @@ func TestReload(t *testing.T) {
 	get("A")
 
 	// Bad files, each rejected by all three triggers.
+	const unreadable = "(a directory)"
 	bad := []struct{ name, content, problem string }{
 		{"YAML syntax error", "listeners: [\n", "yaml"},
 		{"route to an unknown cluster", fileFor("c", origins), `no cluster is named "c"`},
+		{"invalid value", fileFor("b", origins) + "    timeouts: { connect: soon }\n", "timeouts.connect"},
+		{"unreadable file", unreadable, "is a directory"},
 		{"file gone", "", "no such file"},
 	}
 	rejected := 0
 	for _, tc := range bad {
-		if tc.content == "" {
+		switch tc.content {
+		case "", unreadable:
 			if err := os.Remove(e.config); err != nil {
 				t.Fatal(err)
 			}
-		} else {
+			if tc.content == unreadable {
+				// Root reads any file whatever its mode: a directory
+				// in its place is unreadable to everyone.
+				if err := os.Mkdir(e.config, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
 			write(tc.content)
 		}
 		e.signal(syscall.SIGHUP)

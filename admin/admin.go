@@ -16,7 +16,11 @@
 //
 // POST /drain is what `ebb drain` calls. The state-changing endpoints refuse
 // cross-origin browser requests (403), so a web page cannot drain the proxy
-// through a developer's browser.
+// through a developer's browser. Every endpoint refuses (403) a request
+// whose Host names neither an IP address, localhost, the admin address's
+// host nor one of Options.Hosts: a page whose DNS name was rebound to the
+// admin's address is not same-origin for the cross-origin check, but it
+// still names its own host.
 package admin
 
 import (
@@ -28,6 +32,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 )
 
@@ -41,6 +46,9 @@ type Readiness interface {
 // Options configure the admin server.
 type Options struct {
 	Address string
+	// Hosts are the names, besides IP addresses, localhost and the host of
+	// Address, that requests may name in Host (admin.hosts).
+	Hosts []string
 	// Listen opens the socket for Address (nil: net.Listen), for a socket
 	// handed over by the process ebb takes over from.
 	Listen    func(address string) (net.Listener, error)
@@ -137,7 +145,7 @@ func Start(o Options) (*Server, error) {
 	// A browser on the admin host must not be usable to drain the proxy
 	// from a web page: cross-origin POSTs (Sec-Fetch-Site, Origin) are
 	// refused; curl and `ebb drain` send neither header.
-	handler := http.NewCrossOriginProtection().Handler(mux)
+	handler := checkHost(o.Address, o.Hosts, http.NewCrossOriginProtection().Handler(mux))
 	s := &Server{
 		srv: &http.Server{
 			Handler:           handler,
@@ -155,6 +163,30 @@ func Start(o Options) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// checkHost refuses requests whose Host is not one of this server's names
+// (see the package comment), against DNS rebinding.
+func checkHost(address string, hosts []string, next http.Handler) http.Handler {
+	allowed := map[string]bool{"localhost": true}
+	if h, _, err := net.SplitHostPort(address); err == nil && h != "" {
+		allowed[strings.ToLower(h)] = true
+	}
+	for _, h := range hosts {
+		allowed[strings.ToLower(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if host != "" && net.ParseIP(host) == nil && !allowed[strings.ToLower(strings.TrimSuffix(host, "."))] {
+			text(w, http.StatusForbidden, fmt.Sprintf("Host %q is not a name of this admin server: use its address, or list the name in admin.hosts", r.Host))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func text(w http.ResponseWriter, status int, msg string) {

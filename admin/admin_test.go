@@ -198,3 +198,51 @@ func TestNoDrainCallbacks(t *testing.T) {
 		}
 	}
 }
+
+// TestHostChecked: a request naming a host that is not the admin server's
+// (a DNS name rebound to its address) gets 403 on every endpoint; IP
+// addresses, localhost, the admin address's host and admin.hosts pass.
+func TestHostChecked(t *testing.T) {
+	s, err := Start(Options{
+		Address:   "127.0.0.1:0",
+		Hosts:     []string{"ebb-admin.default.svc"},
+		Readiness: &flag{},
+		Config:    func() any { return map[string]any{} },
+		Drain:     func(string) {},
+		Log:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		method, path, host string
+		want               int
+	}{
+		{"GET", "/config", "127.0.0.1", 200},
+		{"GET", "/config", s.Addr().String(), 200},
+		{"GET", "/config", "[::1]:9901", 200},
+		{"GET", "/config", "localhost:9901", 200},
+		{"GET", "/config", "LOCALHOST", 200},
+		{"GET", "/config", "ebb-admin.default.svc:9901", 200},
+		{"GET", "/config", "ebb-admin.default.svc.", 200},
+		{"GET", "/config", "rebound.attacker.example", 403},
+		{"GET", "/live", "rebound.attacker.example:9901", 403},
+		{"POST", "/drain", "rebound.attacker.example", 403},
+	} {
+		req, _ := http.NewRequest(tc.method, "http://"+s.Addr().String()+tc.path, nil)
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with Host %q: %d %q, want %d", tc.method, tc.path, tc.host, resp.StatusCode, body, tc.want)
+		}
+		if tc.want == 403 && !strings.Contains(string(body), "admin.hosts") {
+			t.Errorf("the refusal %q does not say what to do", body)
+		}
+	}
+}

@@ -25,7 +25,7 @@ const (
 // cluster (those have no sensible default).
 func Default() *Config {
 	return &Config{
-		Admin:  Admin{Address: DefaultAdminAddress},
+		Admin:  Admin{Address: DefaultAdminAddress, Hosts: []string{}},
 		Reload: Reload{Watch: true},
 		Drain: Drain{
 			Delay:       0,

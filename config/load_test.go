@@ -459,3 +459,20 @@ func TestValidateTakeover(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateAdmin(t *testing.T) {
+	for _, tc := range []struct {
+		admin string
+		want  string // a problem; none if empty
+	}{
+		{admin: "admin: { address: 127.0.0.1:9901, hosts: [ebb-admin.default.svc] }"},
+		{admin: "admin: { address: 127.0.0.1:0 }"},
+		{admin: "admin: { address: 127.0.0.1:8080 }", want: `admin.address: 127.0.0.1:8080 overlaps 127.0.0.1:8080, the address of listener "public"`},
+		{admin: "admin: { address: 0.0.0.0:8080 }", want: "admin.address: 0.0.0.0:8080 overlaps 127.0.0.1:8080"},
+		{admin: "admin: { address: 127.0.0.1:9901, hosts: [\"ebb:9901\"] }", want: `admin.hosts[0]: expected a host name without port, such as ebb-admin.default.svc, got "ebb:9901"`},
+	} {
+		t.Run(tc.admin, func(t *testing.T) {
+			loadWants(t, minimal+tc.admin+"\n", tc.want)
+		})
+	}
+}

@@ -59,6 +59,12 @@ type Admin struct {
 	// Address is host:port; loopback by default because the admin server
 	// can drain and stop ebb.
 	Address string `key:"address"`
+	// Hosts are names the admin server answers to in the Host header,
+	// besides IP addresses, localhost and the host of Address (a Service
+	// name, for example). Requests naming any other host get 403: a web
+	// page whose DNS name was rebound to the admin's address cannot read
+	// or change it through a browser.
+	Hosts []string `key:"hosts"`
 }
 
 // Listener roles.

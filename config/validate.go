@@ -19,7 +19,12 @@ var knownSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1",
 // problem found, each naming its key. Sources are filled in by Load.
 func (c *Config) Validate() []Problem {
 	v := &validator{}
-	v.hostPort("admin.address", c.Admin.Address)
+	adminOK := v.hostPort("admin.address", c.Admin.Address) && !strings.HasSuffix(c.Admin.Address, ":0")
+	for i, h := range c.Admin.Hosts {
+		if h == "" || strings.ContainsAny(h, " /:@") {
+			v.add(fmt.Sprintf("admin.hosts[%d]", i), "expected a host name without port, such as ebb-admin.default.svc, got %q", h)
+		}
+	}
 
 	clusters := map[string]bool{}
 	for i, cl := range c.Clusters {
@@ -33,7 +38,8 @@ func (c *Config) Validate() []Problem {
 	for i, l := range c.Listeners {
 		key := fmt.Sprintf("listeners[%d]", i)
 		v.name(key+".name", l.Name, names)
-		if v.hostPort(key+".address", l.Address) && !strings.HasSuffix(l.Address, ":0") {
+		fixed := v.hostPort(key+".address", l.Address) && !strings.HasSuffix(l.Address, ":0")
+		if fixed {
 			for _, other := range bound {
 				if addressesOverlap(l.Address, other.Address) {
 					v.add(key+".address", "%s overlaps %s, the address of listener %q", l.Address, other.Address, other.Name)
@@ -41,6 +47,9 @@ func (c *Config) Validate() []Problem {
 				}
 			}
 			bound = append(bound, l)
+		}
+		if adminOK && fixed && addressesOverlap(l.Address, c.Admin.Address) {
+			v.add("admin.address", "%s overlaps %s, the address of listener %q: the admin server needs a port of its own", c.Admin.Address, l.Address, l.Name)
 		}
 		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
 		if l.TLS != nil {

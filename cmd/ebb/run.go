@@ -183,6 +183,7 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	rl := newReloader(cf, cfg, px, ctl, tel.Meter, log)
 	adm, err := admin.Start(admin.Options{
 		Address:   cfg.Admin.Address,
+		Hosts:     cfg.Admin.Hosts,
 		Listen:    socks.Listen,
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),

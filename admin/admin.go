@@ -10,7 +10,7 @@
 //	GET  /metrics         Prometheus text (when Options.Metrics is set)
 //	GET  /config          the effective configuration, secrets redacted
 //	GET  /endpoints       each cluster's endpoints (when Options.Endpoints is set)
-//	     /debug/pprof/    Go's profiles
+//	     /debug/pprof/    Go's profiles (when Options.Pprof is set)
 //	POST /drain           start the drain; 202, and again 202 if already draining
 //	POST /shutdown?now    skip to the forced close; 202 (400 without ?now)
 //
@@ -49,6 +49,8 @@ type Options struct {
 	// Hosts are the names, besides IP addresses, localhost and the host of
 	// Address, that requests may name in Host (admin.hosts).
 	Hosts []string
+	// Pprof serves Go's profiles under /debug/pprof/ (admin.pprof).
+	Pprof bool
 	// Listen opens the socket for Address (nil: net.Listen), for a socket
 	// handed over by the process ebb takes over from.
 	Listen    func(address string) (net.Listener, error)
@@ -101,12 +103,14 @@ func Start(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	// Profiles, for finding where time goes under real load (loopback by
-	// default, like the rest of the admin server).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	if o.Pprof {
+		// Profiles, for finding where time goes under real load. Off
+		// by default: they reveal the program's memory and cost CPU.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	}
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, o.Config()) })
 	if o.Endpoints != nil {
 		mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, o.Endpoints()) })

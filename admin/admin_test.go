@@ -246,3 +246,23 @@ func TestHostChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestPprofOnlyWhenEnabled: Go's profiles are served only with
+// admin.pprof.
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := Start(Options{Address: "127.0.0.1:0", Readiness: &flag{}, Config: func() any { return nil },
+			Pprof: on, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if code, _ := get(t, "http://"+s.Addr().String()+"/debug/pprof/goroutine?debug=1"); code != want {
+			t.Errorf("pprof %v: /debug/pprof/goroutine answered %d, want %d", on, code, want)
+		}
+		s.Close()
+	}
+}

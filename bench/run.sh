@@ -556,7 +556,7 @@ start_proxy() {
 	ebb)
 		local conf=$WORK/ebb/ebb.yaml
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" \
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
 		;;
 	base)

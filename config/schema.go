@@ -65,6 +65,10 @@ type Admin struct {
 	// page whose DNS name was rebound to the admin's address cannot read
 	// or change it through a browser.
 	Hosts []string `key:"hosts"`
+	// Pprof serves Go's profiles under /debug/pprof/. Off by default:
+	// a heap profile shows what is in memory, and a CPU profile or trace
+	// costs CPU while it runs.
+	Pprof bool `key:"pprof"`
 }
 
 // Listener roles.

@@ -184,6 +184,7 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	adm, err := admin.Start(admin.Options{
 		Address:   cfg.Admin.Address,
 		Hosts:     cfg.Admin.Hosts,
+		Pprof:     cfg.Admin.Pprof,
 		Listen:    socks.Listen,
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),

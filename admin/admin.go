@@ -20,11 +20,13 @@
 // whose Host names neither an IP address, localhost, the admin address's
 // host nor one of Options.Hosts: a page whose DNS name was rebound to the
 // admin's address is not same-origin for the cross-origin check, but it
-// still names its own host.
+// still names its own host. With Options.Token set, every POST, /config,
+// /endpoints and /debug/pprof/ need it as a Bearer token (401 without).
 package admin
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +53,10 @@ type Options struct {
 	Hosts []string
 	// Pprof serves Go's profiles under /debug/pprof/ (admin.pprof).
 	Pprof bool
+	// Token, when set, is required as "Authorization: Bearer TOKEN" by
+	// every POST, /config, /endpoints and /debug/pprof/ (admin.token_file);
+	// /live, /ready and /metrics stay open to probes and scrapers.
+	Token string
 	// Listen opens the socket for Address (nil: net.Listen), for a socket
 	// handed over by the process ebb takes over from.
 	Listen    func(address string) (net.Listener, error)
@@ -149,7 +155,7 @@ func Start(o Options) (*Server, error) {
 	// A browser on the admin host must not be usable to drain the proxy
 	// from a web page: cross-origin POSTs (Sec-Fetch-Site, Origin) are
 	// refused; curl and `ebb drain` send neither header.
-	handler := checkHost(o.Address, o.Hosts, http.NewCrossOriginProtection().Handler(mux))
+	handler := checkHost(o.Address, o.Hosts, requireToken(o.Token, http.NewCrossOriginProtection().Handler(mux)))
 	s := &Server{
 		srv: &http.Server{
 			Handler:           handler,
@@ -187,6 +193,25 @@ func checkHost(address string, hosts []string, next http.Handler) http.Handler {
 		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 		if host != "" && net.ParseIP(host) == nil && !allowed[strings.ToLower(strings.TrimSuffix(host, "."))] {
 			text(w, http.StatusForbidden, fmt.Sprintf("Host %q is not a name of this admin server: use its address, or list the name in admin.hosts", r.Host))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireToken refuses (401) requests to the endpoints Options.Token
+// guards that do not carry it.
+func requireToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		guarded := r.Method == http.MethodPost || r.URL.Path == "/config" || r.URL.Path == "/endpoints" ||
+			strings.HasPrefix(r.URL.Path, "/debug/pprof/")
+		if guarded && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ebb admin"`)
+			text(w, http.StatusUnauthorized, "this endpoint needs the admin token (admin.token_file): Authorization: Bearer TOKEN")
 			return
 		}
 		next.ServeHTTP(w, r)

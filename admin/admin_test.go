@@ -266,3 +266,60 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestToken: with a token, every POST, /config, /endpoints and pprof
+// need it; the probes and /metrics do not.
+func TestToken(t *testing.T) {
+	const token = "0123456789abcdef"
+	s, err := Start(Options{
+		Address:   "127.0.0.1:0",
+		Readiness: &flag{},
+		Metrics:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ebb_up 1\n") }),
+		Config:    func() any { return map[string]any{} },
+		Endpoints: func() any { return []string{} },
+		Drain:     func(string) {},
+		Pprof:     true,
+		Token:     token,
+		Log:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		method, path string
+		guarded      bool
+		ok           int
+	}{
+		{"GET", "/live", false, 200},
+		{"GET", "/ready", false, 503},
+		{"GET", "/metrics", false, 200},
+		{"GET", "/config", true, 200},
+		{"GET", "/endpoints", true, 200},
+		{"GET", "/debug/pprof/goroutine", true, 200},
+		{"POST", "/drain", true, 202},
+		{"POST", "/shutdown?now", true, 404}, // no Shutdown option: the mux's answer
+	} {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + token} {
+			req, _ := http.NewRequest(tc.method, "http://"+s.Addr().String()+tc.path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := tc.ok
+			if tc.guarded && auth != "Bearer "+token {
+				want = http.StatusUnauthorized
+			}
+			if resp.StatusCode != want {
+				t.Errorf("%s %s with %q: %d, want %d", tc.method, tc.path, auth, resp.StatusCode, want)
+			}
+			if want == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s: 401 without WWW-Authenticate", tc.method, tc.path)
+			}
+		}
+	}
+}

@@ -461,6 +461,14 @@ func TestValidateTakeover(t *testing.T) {
 }
 
 func TestValidateAdmin(t *testing.T) {
+	dir := t.TempDir()
+	good, short := dir+"/token", dir+"/short"
+	if err := os.WriteFile(good, []byte("  0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("abcde"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		admin string
 		want  string // a problem; none if empty
@@ -470,6 +478,9 @@ func TestValidateAdmin(t *testing.T) {
 		{admin: "admin: { address: 127.0.0.1:8080 }", want: `admin.address: 127.0.0.1:8080 overlaps 127.0.0.1:8080, the address of listener "public"`},
 		{admin: "admin: { address: 0.0.0.0:8080 }", want: "admin.address: 0.0.0.0:8080 overlaps 127.0.0.1:8080"},
 		{admin: "admin: { address: 127.0.0.1:9901, hosts: [\"ebb:9901\"] }", want: `admin.hosts[0]: expected a host name without port, such as ebb-admin.default.svc, got "ebb:9901"`},
+		{admin: "admin: { token_file: " + good + " }"},
+		{admin: "admin: { token_file: " + short + " }", want: "admin.token_file: " + short + ": expected a token of at least 16 characters, got 5"},
+		{admin: "admin: { token_file: " + dir + "/none }", want: "admin.token_file: open " + dir + "/none: no such file or directory"},
 	} {
 		t.Run(tc.admin, func(t *testing.T) {
 			loadWants(t, minimal+tc.admin+"\n", tc.want)

@@ -9,7 +9,9 @@
 // documented, with every key, in examples/ebb.yaml.
 package config
 
-import "time"
+import (
+	"time"
+)
 
 // Config is the whole configuration as loaded from one file plus overrides.
 type Config struct {
@@ -69,6 +71,12 @@ type Admin struct {
 	// a heap profile shows what is in memory, and a CPU profile or trace
 	// costs CPU while it runs.
 	Pprof bool `key:"pprof"`
+	// TokenFile names a file holding the admin token (at least 16
+	// characters; surrounding white space is ignored). When set, every
+	// POST (drain, reload, shutdown), /config, /endpoints and
+	// /debug/pprof/ need "Authorization: Bearer TOKEN"; ebb drain and ebb
+	// reload send it. /live, /ready and /metrics stay open.
+	TokenFile string `key:"token_file"`
 }
 
 // Listener roles.

@@ -20,6 +20,11 @@ var knownSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1",
 func (c *Config) Validate() []Problem {
 	v := &validator{}
 	adminOK := v.hostPort("admin.address", c.Admin.Address) && !strings.HasSuffix(c.Admin.Address, ":0")
+	if c.Admin.TokenFile != "" {
+		if _, err := ReadAdminToken(c.Admin.TokenFile); err != nil {
+			v.add("admin.token_file", "%v", err)
+		}
+	}
 	for i, h := range c.Admin.Hosts {
 		if h == "" || strings.ContainsAny(h, " /:@") {
 			v.add(fmt.Sprintf("admin.hosts[%d]", i), "expected a host name without port, such as ebb-admin.default.svc, got %q", h)
@@ -364,4 +369,23 @@ func (v *validator) drain(d Drain) {
 		v.add("drain.app", "name at most one of tcp, http, pid and pid_file; found %d", n)
 	}
 	v.positive("drain.app.interval", a.Interval)
+}
+
+// MinAdminToken is the shortest admin token accepted.
+const MinAdminToken = 16
+
+// ReadAdminToken returns the token in path, trimmed of white space.
+func ReadAdminToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < MinAdminToken {
+		return "", fmt.Errorf("%s: expected a token of at least %d characters, got %d", path, MinAdminToken, len(tok))
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("%s: expected one token without white space inside", path)
+	}
+	return tok, nil
 }

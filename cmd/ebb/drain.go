@@ -30,6 +30,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	var cf configFlags
 	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
 	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	tokenFile := fs.String("token-file", "", "file holding the admin token (default with -config: admin.token_file)")
 	now := fs.Bool("now", false, "skip the drain: close every connection at once (POST /shutdown?now)")
 	wait := fs.Bool("wait", false, "once accepted, wait until ebb has exited")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long (the request and -wait)")
@@ -48,9 +49,16 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 		}
 		printIgnored(stderr, cfg)
 		*addr = cfg.Admin.Address
+		if *tokenFile == "" {
+			*tokenFile = cfg.Admin.TokenFile
+		}
 	} else if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
 		fmt.Fprintf(stderr, "ebb drain: -admin: expected host:port, got %q\n", *addr)
 		return exitUsage
+	}
+	token, code := readToken("ebb drain", *tokenFile, stderr)
+	if code >= 0 {
+		return code
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -62,7 +70,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	if *now {
 		path, what = "/shutdown?now", "close now"
 	}
-	if err := post(ctx, client, "http://"+*addr+path); err != nil {
+	if err := post(ctx, client, "http://"+*addr+path, token); err != nil {
 		fmt.Fprintf(stderr, "ebb drain: asking ebb at %s to %s: %v\n", *addr, what, err)
 		return exitFailed
 	}
@@ -99,12 +107,34 @@ func checkAdminFlags(fs *flag.FlagSet, cmd string, timeout time.Duration, stderr
 	return set, exitUsage
 }
 
+// readToken reads the admin token of -token-file (none when path is
+// empty), or returns an exit status (else -1).
+func readToken(cmd, path string, stderr io.Writer) (string, int) {
+	if path == "" {
+		return "", -1
+	}
+	token, err := config.ReadAdminToken(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: the admin token: %v\n", cmd, err)
+		return "", exitUsage
+	}
+	return token, -1
+}
+
+// setToken adds the admin token, if any, to req.
+func setToken(req *http.Request, token string) {
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+}
+
 // post sends an empty POST and expects 202 Accepted.
-func post(ctx context.Context, client *http.Client, target string) error {
+func post(ctx context.Context, client *http.Client, target, token string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
 	if err != nil {
 		return err
 	}
+	setToken(req, token)
 	resp, err := client.Do(req)
 	if err != nil {
 		return unwrapURL(err)

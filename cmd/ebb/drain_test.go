@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,3 +220,72 @@ func TestDrainWaitTimeout(t *testing.T) {
 		t.Errorf("returned after %s, before -timeout", d)
 	}
 }
+
+// TestAdminToken: against an admin server that requires a token, ebb
+// drain and ebb reload send the one in -token-file, or in the file
+// admin.token_file names with -config; without it they fail and say why.
+func TestAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var drains, reloads atomic.Int32
+	s, err := admin.Start(admin.Options{
+		Address:   "127.0.0.1:0",
+		Readiness: readyAlways{},
+		Config:    func() any { return nil },
+		Drain:     func(string) { drains.Add(1) },
+		Reload: func(string) (any, bool) {
+			reloads.Add(1)
+			return reloadResult{Applied: true, Generation: 1}, true
+		},
+		Token: "0123456789abcdef0123",
+		Log:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := s.Addr().String()
+	cfg := filepath.Join(dir, "ebb.yaml")
+	os.WriteFile(cfg, []byte(`
+admin: { address: "`+addr+`", token_file: "`+tokenFile+`" }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes: [{ match: { path_prefix: "/" }, cluster: app }]
+clusters:
+  - name: app
+    discovery: { static: ["127.0.0.1:9000"] }
+`), 0o600)
+
+	if r := runDrain("-admin", addr); r.code != exitFailed || !strings.Contains(r.err, "401") || !strings.Contains(r.err, "admin.token_file") || drains.Load() != 0 {
+		t.Errorf("drain without the token: exit %d, stderr %q, %d drains", r.code, r.err, drains.Load())
+	}
+	if r := runDrain("-admin", addr, "-token-file", tokenFile); r.code != exitOK || drains.Load() != 1 {
+		t.Errorf("drain with -token-file: exit %d, stderr %q", r.code, r.err)
+	}
+	if r := runDrain("-config", cfg); r.code != exitOK || drains.Load() != 2 {
+		t.Errorf("drain with admin.token_file: exit %d, stderr %q", r.code, r.err)
+	}
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("abc"), 0o600)
+	if r := runDrain("-admin", addr, "-token-file", short); r.code != exitUsage || !strings.Contains(r.err, "at least 16 characters") {
+		t.Errorf("drain with a short token: exit %d, stderr %q", r.code, r.err)
+	}
+
+	var out, errOut strings.Builder
+	if code := run([]string{"reload", "-admin", addr}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), "401") || reloads.Load() != 0 {
+		t.Errorf("reload without the token: exit %d, stderr %q", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"reload", "-config", cfg}, &out, &errOut); code != exitOK || reloads.Load() != 1 {
+		t.Errorf("reload with admin.token_file: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
+
+type readyAlways struct{}
+
+func (readyAlways) Ready() (bool, string) { return true, "ready" }

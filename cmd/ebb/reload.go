@@ -151,6 +151,7 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	var cf configFlags
 	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
 	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	tokenFile := fs.String("token-file", "", "file holding the admin token (default with -config: admin.token_file)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
@@ -168,9 +169,16 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		*addr = cfg.Admin.Address
+		if *tokenFile == "" {
+			*tokenFile = cfg.Admin.TokenFile
+		}
 	} else if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
 		fmt.Fprintf(stderr, "ebb reload: -admin: expected host:port, got %q\n", *addr)
 		return exitUsage
+	}
+	token, code := readToken("ebb reload", *tokenFile, stderr)
+	if code >= 0 {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -179,6 +187,7 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ebb reload:", err)
 		return exitUsage
 	}
+	setToken(req, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "ebb reload: asking ebb at %s to reload: %v\n", *addr, unwrapURL(err))

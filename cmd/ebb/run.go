@@ -179,12 +179,20 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	if err := px.Bind(socks.Listen); err != nil {
 		return nil, err
 	}
+	var token string
+	if cfg.Admin.TokenFile != "" {
+		if token, err = config.ReadAdminToken(cfg.Admin.TokenFile); err != nil {
+			px.Close()
+			return nil, fmt.Errorf("admin.token_file: %w", err)
+		}
+	}
 	ctl := drain.NewController(cfg.Drain, reg, px, log)
 	rl := newReloader(cf, cfg, px, ctl, tel.Meter, log)
 	adm, err := admin.Start(admin.Options{
 		Address:   cfg.Admin.Address,
 		Hosts:     cfg.Admin.Hosts,
 		Pprof:     cfg.Admin.Pprof,
+		Token:     token,
 		Listen:    socks.Listen,
 		Readiness: readiness{ctl},
 		Metrics:   tel.MetricsHandler(),

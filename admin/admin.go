@@ -14,6 +14,10 @@
 //	POST /drain           start the drain; 202, and again 202 if already draining
 //	POST /shutdown?now    skip to the forced close; 202 (400 without ?now)
 //
+// With Options.ProbeAddress, a second server on that address answers /live
+// and /ready only, so that probes from outside the host (a kubelet) need
+// no route to the rest.
+//
 // POST /drain is what `ebb drain` calls. The state-changing endpoints refuse
 // cross-origin browser requests (403), so a web page cannot drain the proxy
 // through a developer's browser. Every endpoint refuses (403) a request
@@ -51,6 +55,9 @@ type Options struct {
 	// Hosts are the names, besides IP addresses, localhost and the host of
 	// Address, that requests may name in Host (admin.hosts).
 	Hosts []string
+	// ProbeAddress, if set, is a second address serving /live and /ready
+	// only (admin.probe_address), for probes from outside the host.
+	ProbeAddress string
 	// Pprof serves Go's profiles under /debug/pprof/ (admin.pprof).
 	Pprof bool
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by
@@ -78,9 +85,36 @@ type Options struct {
 
 // Server is the admin server.
 type Server struct {
+	main  *served
+	probe *served // nil without Options.ProbeAddress
+}
+
+// served is one HTTP server on its socket.
+type served struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
+}
+
+// serve starts serving h on ln in the background.
+func serve(ln net.Listener, h http.Handler, log *slog.Logger, what string) *served {
+	s := &served{
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		// net.ErrClosed: StopAccepting closed the socket.
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			log.Error(what+" stopped", "err", err)
+		}
+	}()
+	return s
 }
 
 // Start binds the admin address and serves in the background.
@@ -93,19 +127,15 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: listening on %s: %w", o.Address, err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "live")
-	})
-	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		ok, why := o.Readiness.Ready()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
+	var probeLn net.Listener
+	if o.ProbeAddress != "" {
+		if probeLn, err = listen(o.ProbeAddress); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("admin: listening for probes on %s: %w", o.ProbeAddress, err)
 		}
-		fmt.Fprintln(w, why)
-	})
+	}
+	mux := http.NewServeMux()
+	probes(mux, o.Readiness)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
@@ -156,23 +186,29 @@ func Start(o Options) (*Server, error) {
 	// from a web page: cross-origin POSTs (Sec-Fetch-Site, Origin) are
 	// refused; curl and `ebb drain` send neither header.
 	handler := checkHost(o.Address, o.Hosts, requireToken(o.Token, http.NewCrossOriginProtection().Handler(mux)))
-	s := &Server{
-		srv: &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
-		},
-		ln:   ln,
-		done: make(chan struct{}),
+	s := &Server{main: serve(ln, handler, o.Log, "admin server")}
+	if probeLn != nil {
+		pm := http.NewServeMux()
+		probes(pm, o.Readiness)
+		s.probe = serve(probeLn, pm, o.Log, "probe server")
 	}
-	go func() {
-		defer close(s.done)
-		// net.ErrClosed: StopAccepting closed the socket.
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			o.Log.Error("admin server stopped", "err", err)
-		}
-	}()
 	return s, nil
+}
+
+// probes registers /live and /ready, the endpoints probes call, on mux.
+func probes(mux *http.ServeMux, r Readiness) {
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "live")
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ok, why := r.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
 }
 
 // checkHost refuses requests whose Host is not one of this server's names
@@ -232,27 +268,62 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // Addr returns the bound address.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+func (s *Server) Addr() net.Addr { return s.main.ln.Addr() }
+
+// ProbeAddr returns the probe server's bound address, nil without one.
+func (s *Server) ProbeAddr() net.Addr {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.ln.Addr()
+}
 
 // Listener returns the listening socket, for handing over to a successor
 // process.
-func (s *Server) Listener() net.Listener { return s.ln }
+func (s *Server) Listener() net.Listener { return s.main.ln }
 
-// StopAccepting closes the listening socket: requests on connections
+// ProbeListener returns the probe server's listening socket, nil without
+// one.
+func (s *Server) ProbeListener() net.Listener {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.ln
+}
+
+// StopAccepting closes the listening sockets: requests on connections
 // already open are still answered, until Shutdown or Close. (After a
-// takeover, the successor accepts on the same socket.)
-func (s *Server) StopAccepting() { s.ln.Close() }
+// takeover, the successor accepts on the same sockets.)
+func (s *Server) StopAccepting() {
+	for _, x := range s.both() {
+		x.ln.Close()
+	}
+}
 
 // Shutdown stops the admin server gracefully.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	<-s.done
-	return err
+	var errs []error
+	for _, x := range s.both() {
+		errs = append(errs, x.srv.Shutdown(ctx))
+		<-x.done
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the admin server now.
 func (s *Server) Close() error {
-	err := s.srv.Close()
-	<-s.done
-	return err
+	var errs []error
+	for _, x := range s.both() {
+		errs = append(errs, x.srv.Close())
+		<-x.done
+	}
+	return errors.Join(errs...)
+}
+
+// both returns the servers running.
+func (s *Server) both() []*served {
+	if s.probe == nil {
+		return []*served{s.main}
+	}
+	return []*served{s.main, s.probe}
 }

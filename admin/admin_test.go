@@ -323,3 +323,49 @@ func TestToken(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeAddress: the probe server answers /live and /ready, and
+// nothing else, whatever the token; StopAccepting and Shutdown stop both.
+func TestProbeAddress(t *testing.T) {
+	r := &flag{}
+	r.ready.Store(true)
+	s, err := Start(Options{
+		Address:      "127.0.0.1:0",
+		ProbeAddress: "127.0.0.1:0",
+		Readiness:    r,
+		Config:       func() any { return map[string]any{} },
+		Drain:        func(string) {},
+		Token:        "0123456789abcdef",
+		Log:          slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := "http://" + s.ProbeAddr().String()
+	if probe == "http://"+s.Addr().String() {
+		t.Fatal("the probe server shares the admin's address")
+	}
+	for path, want := range map[string]int{"/live": 200, "/ready": 200, "/config": 404, "/metrics": 404} {
+		if code, _ := get(t, probe+path); code != want {
+			t.Errorf("probe GET %s = %d, want %d", path, code, want)
+		}
+	}
+	resp, err := http.Post(probe+"/drain", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("probe POST /drain = %d, want it refused", resp.StatusCode)
+	}
+	r.ready.Store(false)
+	if code, _ := get(t, probe+"/ready"); code != 503 {
+		t.Errorf("probe /ready while draining = %d, want 503", code)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(probe + "/live"); err == nil {
+		t.Fatal("the probe server still answers after Shutdown")
+	}
+}

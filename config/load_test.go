@@ -479,6 +479,10 @@ func TestValidateAdmin(t *testing.T) {
 		{admin: "admin: { address: 0.0.0.0:8080 }", want: "admin.address: 0.0.0.0:8080 overlaps 127.0.0.1:8080"},
 		{admin: "admin: { address: 127.0.0.1:9901, hosts: [\"ebb:9901\"] }", want: `admin.hosts[0]: expected a host name without port, such as ebb-admin.default.svc, got "ebb:9901"`},
 		{admin: "admin: { token_file: " + good + " }"},
+		{admin: "admin: { probe_address: 0.0.0.0:9902 }"},
+		{admin: "admin: { address: 127.0.0.1:9901, probe_address: 127.0.0.1:9901 }", want: "admin.probe_address: 127.0.0.1:9901 overlaps admin.address 127.0.0.1:9901"},
+		{admin: "admin: { probe_address: 0.0.0.0:8080 }", want: `admin.probe_address: 0.0.0.0:8080 overlaps 127.0.0.1:8080, the address of listener "public"`},
+		{admin: "admin: { probe_address: nowhere }", want: `admin.probe_address: expected host:port`},
 		{admin: "admin: { token_file: " + short + " }", want: "admin.token_file: " + short + ": expected a token of at least 16 characters, got 5"},
 		{admin: "admin: { token_file: " + dir + "/none }", want: "admin.token_file: open " + dir + "/none: no such file or directory"},
 	} {

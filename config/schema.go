@@ -61,6 +61,11 @@ type Admin struct {
 	// Address is host:port; loopback by default because the admin server
 	// can drain and stop ebb.
 	Address string `key:"address"`
+	// ProbeAddress, when set, is a second host:port that serves /live and
+	// /ready only, read-only and unauthenticated, so that the full admin
+	// can stay on loopback while probes (a kubelet's, on the pod IP)
+	// reach readiness: for example 0.0.0.0:9902.
+	ProbeAddress string `key:"probe_address"`
 	// Hosts are names the admin server answers to in the Host header,
 	// besides IP addresses, localhost and the host of Address (a Service
 	// name, for example). Requests naming any other host get 403: a web

@@ -20,6 +20,13 @@ var knownSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1",
 func (c *Config) Validate() []Problem {
 	v := &validator{}
 	adminOK := v.hostPort("admin.address", c.Admin.Address) && !strings.HasSuffix(c.Admin.Address, ":0")
+	probeOK := false
+	if c.Admin.ProbeAddress != "" {
+		probeOK = v.hostPort("admin.probe_address", c.Admin.ProbeAddress) && !strings.HasSuffix(c.Admin.ProbeAddress, ":0")
+		if probeOK && adminOK && addressesOverlap(c.Admin.ProbeAddress, c.Admin.Address) {
+			v.add("admin.probe_address", "%s overlaps admin.address %s: the probes need a port of their own", c.Admin.ProbeAddress, c.Admin.Address)
+		}
+	}
 	if c.Admin.TokenFile != "" {
 		if _, err := ReadAdminToken(c.Admin.TokenFile); err != nil {
 			v.add("admin.token_file", "%v", err)
@@ -55,6 +62,9 @@ func (c *Config) Validate() []Problem {
 		}
 		if adminOK && fixed && addressesOverlap(l.Address, c.Admin.Address) {
 			v.add("admin.address", "%s overlaps %s, the address of listener %q: the admin server needs a port of its own", c.Admin.Address, l.Address, l.Name)
+		}
+		if probeOK && fixed && addressesOverlap(l.Address, c.Admin.ProbeAddress) {
+			v.add("admin.probe_address", "%s overlaps %s, the address of listener %q: the probes need a port of their own", c.Admin.ProbeAddress, l.Address, l.Name)
 		}
 		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
 		if l.TLS != nil {

@@ -189,14 +189,15 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	ctl := drain.NewController(cfg.Drain, reg, px, log)
 	rl := newReloader(cf, cfg, px, ctl, tel.Meter, log)
 	adm, err := admin.Start(admin.Options{
-		Address:   cfg.Admin.Address,
-		Hosts:     cfg.Admin.Hosts,
-		Pprof:     cfg.Admin.Pprof,
-		Token:     token,
-		Listen:    socks.Listen,
-		Readiness: readiness{ctl},
-		Metrics:   tel.MetricsHandler(),
-		Config:    rl.status,
+		Address:      cfg.Admin.Address,
+		ProbeAddress: cfg.Admin.ProbeAddress,
+		Hosts:        cfg.Admin.Hosts,
+		Pprof:        cfg.Admin.Pprof,
+		Token:        token,
+		Listen:       socks.Listen,
+		Readiness:    readiness{ctl},
+		Metrics:      tel.MetricsHandler(),
+		Config:       rl.status,
 		Reload: func(trigger string) (any, bool) {
 			res := rl.reload(trigger)
 			return res, res.Applied
@@ -231,7 +232,11 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	for _, l := range cfg.Listeners {
 		log.Info("listening", "listener", l.Name, "address", px.Addr(l.Name).String(), "role", l.Role)
 	}
-	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "takeover_socket", cfg.Takeover.Socket)
+	probe := ""
+	if a := adm.ProbeAddr(); a != nil {
+		probe = a.String()
+	}
+	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "probe", probe, "takeover_socket", cfg.Takeover.Socket)
 	return s, nil
 }
 

@@ -42,6 +42,9 @@ func (s *serving) offer(ln *net.UnixListener) *takeover.Offer {
 				out = append(out, takeover.Socket{Kind: takeover.KindListener, Name: k.Name, Address: k.Address,
 					Bound: k.Listener.Addr().String(), Listener: k.Listener})
 			}
+			if ln := s.adm.ProbeListener(); ln != nil {
+				out = append(out, takeover.Socket{Kind: takeover.KindAdmin, Name: "probe", Address: s.cfg.Admin.ProbeAddress, Bound: ln.Addr().String(), Listener: ln})
+			}
 			out = append(out,
 				takeover.Socket{Kind: takeover.KindAdmin, Address: s.cfg.Admin.Address, Bound: s.adm.Addr().String(), Listener: s.adm.Listener()},
 				takeover.Socket{Kind: takeover.KindTakeover, Address: ln.Addr().String(), Bound: ln.Addr().String(), Listener: ln})

@@ -50,6 +50,7 @@ func (l *Listener) setDefaults() {
 	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
 	l.HTTP2 = ListenerHTTP2{MaxConcurrentStreams: DefaultMaxStreams, StreamWindow: DefaultStreamWindow, ConnectionWindow: DefaultConnectionWindow}
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
+	l.Headers.TrustedProxies = []string{}
 }
 
 func (c *Cluster) setDefaults() {

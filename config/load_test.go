@@ -491,3 +491,18 @@ func TestValidateAdmin(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateTrustedProxies(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want string // a problem; none if empty
+	}{
+		{set: `headers: { trusted_proxies: ["10.0.0.0/8", "192.0.2.7", "::1", "fd00::/8"] }`},
+		{set: `headers: { trusted_proxies: ["10.0.0.0/33"] }`, want: `listeners[0].headers.trusted_proxies[0]: expected an IP address or CIDR prefix, such as 10.0.0.0/8, got "10.0.0.0/33"`},
+		{set: `headers: { trusted_proxies: ["waf.internal"] }`, want: `listeners[0].headers.trusted_proxies[0]: expected an IP address or CIDR prefix`},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			loadWants(t, strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1), tc.want)
+		})
+	}
+}

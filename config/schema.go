@@ -162,10 +162,18 @@ type ListenerTimeouts struct {
 
 // ForwardingHeaders says how X-Forwarded-* headers are treated.
 type ForwardingHeaders struct {
-	// TrustForwarded keeps the X-Forwarded-Proto and X-Forwarded-Host a client
-	// sent (set it behind a trusted proxy such as a WAF); otherwise ebb
-	// overwrites them. X-Forwarded-For is always appended to.
+	// TrustForwarded trusts every peer's forwarding headers, as if
+	// trusted_proxies listed every address (behind a proxy such as a WAF
+	// that is the only way in); prefer trusted_proxies.
 	TrustForwarded bool `key:"trust_forwarded"`
+	// TrustedProxies are the peers (IP addresses or CIDR prefixes) whose
+	// forwarding headers ebb builds on: from them, X-Forwarded-For is
+	// appended to and X-Forwarded-Proto, X-Forwarded-Host, Forwarded and
+	// X-Real-IP are kept. From any other peer (the default: none is
+	// trusted, right for an edge) X-Forwarded-For is replaced by the
+	// peer's address and the others by what ebb knows (X-Real-IP and
+	// Forwarded are dropped). trust_forwarded: true trusts every peer.
+	TrustedProxies []string `key:"trusted_proxies"`
 }
 
 // Route sends matching requests to a cluster. Routes are tried in order and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -67,6 +68,13 @@ func (c *Config) Validate() []Problem {
 			v.add("admin.probe_address", "%s overlaps %s, the address of listener %q: the probes need a port of their own", c.Admin.ProbeAddress, l.Address, l.Name)
 		}
 		v.oneOf(key+".role", l.Role, RoleInbound, RoleOutbound)
+		for j, p := range l.Headers.TrustedProxies {
+			if _, err := netip.ParsePrefix(p); err != nil {
+				if _, err := netip.ParseAddr(p); err != nil {
+					v.add(fmt.Sprintf("%s.headers.trusted_proxies[%d]", key, j), "expected an IP address or CIDR prefix, such as 10.0.0.0/8, got %q", p)
+				}
+			}
+		}
 		if l.TLS != nil {
 			v.file(key+".tls.cert", l.TLS.Cert, "the PEM certificate (chain) file")
 			v.file(key+".tls.key", l.TLS.Key, "the PEM private key file")

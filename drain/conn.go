@@ -72,6 +72,9 @@ type Conn struct {
 	Listener string
 	// ClientIP is the peer's address, formatted once for X-Forwarded-For.
 	ClientIP []byte
+	// Peer is the peer's IP address (zero when not TCP), for the
+	// listener's trusted_proxies.
+	Peer netip.Addr
 	// Scratch is a per-connection buffer for building header values without
 	// allocating on every request.
 	Scratch []byte
@@ -339,6 +342,16 @@ func ConnOf(c net.Conn) *Conn {
 		}
 	}
 	return nil
+}
+
+// peerOf returns the IP address of a, zero when a is not TCP.
+func peerOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
 }
 
 func formatIP(a net.Addr) []byte {

@@ -69,6 +69,7 @@ func (r *Registry) Track(nc net.Conn, listener string, drainable bool) *Conn {
 		Conn:      nc,
 		Listener:  listener,
 		ClientIP:  formatIP(nc.RemoteAddr()),
+		Peer:      peerOf(nc.RemoteAddr()),
 		Drainable: drainable,
 		reg:       r,
 	}

@@ -109,9 +109,10 @@ func TestHopByHopHeaders(t *testing.T) {
 	})
 }
 
-// TestForwardedHeaders checks X-Forwarded-For (appended to), -Proto and
-// -Host (set, or kept from the client with trust_forwarded) as the origin
-// sees them.
+// TestForwardedHeaders checks X-Forwarded-For (replaced, or appended to
+// from a trusted proxy), -Proto and -Host (set, or kept from a trusted
+// proxy: trusted_proxies, or trust_forwarded) and X-Real-IP (dropped, or
+// kept from a trusted proxy) as the origin sees them.
 func TestForwardedHeaders(t *testing.T) {
 	t.Parallel()
 	origin := newOrigin(t, headersOrigin())
@@ -124,6 +125,14 @@ listeners:
   - name: behind-waf
     address: 127.0.0.1:0
     headers: { trust_forwarded: true }
+    routes: [{ cluster: app }]
+  - name: trusts-loopback
+    address: 127.0.0.1:0
+    headers: { trusted_proxies: ["192.0.2.7", "127.0.0.0/8"] }
+    routes: [{ cluster: app }]
+  - name: trusts-others
+    address: 127.0.0.1:0
+    headers: { trusted_proxies: ["192.0.2.0/24", "::1"] }
     routes: [{ cluster: app }]
 clusters:
   - name: app
@@ -138,6 +147,7 @@ clusters:
 		sent               map[string]string
 		wantFor, wantProto string
 		wantHost           string
+		wantRealIP         string // "" for none
 	}{
 		{
 			name: "none sent", listener: "public", host: "app.example",
@@ -148,9 +158,19 @@ clusters:
 			wantFor: "127.0.0.1", wantProto: "http", wantHost: "App.Example:8443",
 		},
 		{
-			name: "untrusted values replaced, chain appended", listener: "public", host: "app.example",
-			sent:    map[string]string{"X-Forwarded-For": "203.0.113.7, 198.51.100.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example"},
-			wantFor: "203.0.113.7, 198.51.100.1, 127.0.0.1", wantProto: "http", wantHost: "app.example",
+			name: "untrusted values replaced", listener: "public", host: "app.example",
+			sent:    map[string]string{"X-Forwarded-For": "203.0.113.7, 198.51.100.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example", "X-Real-IP": "203.0.113.7"},
+			wantFor: "127.0.0.1", wantProto: "http", wantHost: "app.example",
+		},
+		{
+			name: "peer in trusted_proxies", listener: "trusts-loopback", host: "app.example",
+			sent:    map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "www.example", "X-Real-IP": "203.0.113.7"},
+			wantFor: "203.0.113.7, 127.0.0.1", wantProto: "https", wantHost: "www.example", wantRealIP: "203.0.113.7",
+		},
+		{
+			name: "peer not in trusted_proxies", listener: "trusts-others", host: "app.example",
+			sent:    map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "www.example", "X-Real-IP": "203.0.113.7"},
+			wantFor: "127.0.0.1", wantProto: "http", wantHost: "app.example",
 		},
 		{
 			name: "trusted values kept", listener: "behind-waf", host: "app.example",
@@ -185,6 +205,9 @@ clusters:
 				if got := h.Values(c.name); len(got) != 1 || got[0] != c.want {
 					t.Errorf("%s at the origin: %q, want exactly [%q]", c.name, got, c.want)
 				}
+			}
+			if got := strings.Join(h.Values("X-Real-Ip"), ","); got != tc.wantRealIP {
+				t.Errorf("X-Real-IP at the origin: %q, want %q", got, tc.wantRealIP)
 			}
 			// Host names are case-insensitive: ebb (fasthttp) forwards Host
 			// in lower case, which is fine.
@@ -421,10 +444,9 @@ func TestClientConnectionClose(t *testing.T) {
 // TestForwardedHeadersRepeated sends the X-Forwarded-* headers on several
 // lines, which HTTP allows (RFC 9110 §5.3: the lines of a list header
 // combine in order). A client-supplied line must not survive next to the
-// value ebb sets: with trust_forwarded false, the origin must see only
-// ebb's X-Forwarded-Proto and -Host, and X-Forwarded-For must end with the
-// address ebb saw (the entry an origin trusts), not with a value the client
-// wrote.
+// value ebb sets: from a client that is not a trusted proxy, the origin
+// must see only ebb's X-Forwarded-Proto, -Host and -For (the address ebb
+// saw), not a value the client wrote.
 func TestForwardedHeadersRepeated(t *testing.T) {
 	t.Parallel()
 	origin := newOrigin(t, headersOrigin())
@@ -434,7 +456,7 @@ func TestForwardedHeadersRepeated(t *testing.T) {
 		header        string
 		want          string
 	}{
-		{"X-Forwarded-For", "X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-For: 192.0.2.2\r\n", "X-Forwarded-For", "192.0.2.1, 192.0.2.2, 127.0.0.1"},
+		{"X-Forwarded-For", "X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-For: 192.0.2.2\r\n", "X-Forwarded-For", "127.0.0.1"},
 		{"X-Forwarded-Proto", "X-Forwarded-Proto: http\r\nX-Forwarded-Proto: https\r\n", "X-Forwarded-Proto", "http"},
 		{"X-Forwarded-Host", "X-Forwarded-Host: a.example\r\nX-Forwarded-Host: evil.example\r\n", "X-Forwarded-Host", "app.example"},
 	}

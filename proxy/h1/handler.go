@@ -150,12 +150,12 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Trust: c.s.l.Table().TrustForwarded,
-		Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP()}
+	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
-		hop.ClientIP = c.conn.ClientIP
+		hop.ClientIP, hop.Trust = c.conn.ClientIP, c.s.l.Table().Trusts(c.conn.Peer)
 		c.conn.Scratch = headers.FastRequest(&req.Header, hop, c.conn.Scratch)
 	} else {
+		hop.Trust = c.s.l.Table().TrustForwarded
 		headers.FastRequest(&req.Header, hop, nil)
 	}
 	return 0, ""

@@ -117,10 +117,9 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), Trust: t.TrustForwarded,
-		TETrailers: rt.Cluster.NetHTTP()}
+	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
-		hop.ClientIP = c.conn.ClientIP
+		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
 	}
 	if rt.Cluster.NetHTTP() {
 		return c.prepareHTTP(hop, announced)

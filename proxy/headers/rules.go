@@ -3,7 +3,8 @@
 // fields and those the Connection field names are dropped in both
 // directions, "TE: trailers" stays towards HTTP/2, Expect goes once the
 // engine has handled it, X-Forwarded-For/-Proto/-Host are set as single
-// lines, and Forwarded is dropped unless the listener trusts its clients.
+// lines (X-Forwarded-For appended to only from a trusted proxy), and
+// Forwarded and X-Real-IP are dropped unless the peer is a trusted proxy.
 //
 // The rules are written once against Fields, the few operations they need
 // of a header section; thin adapters apply them to fasthttp's request and
@@ -39,8 +40,11 @@ type Hop struct {
 	// Host is the request's authority (its Host field, or the host of an
 	// absolute-form URI, or HTTP/2's :authority): X-Forwarded-Host.
 	Host []byte
-	// Trust is the listener's headers.trust_forwarded: the client's own
-	// Forwarded and X-Forwarded-Proto/-Host lines are kept as they are.
+	// Trust says the peer is a trusted proxy (the listener's
+	// headers.trusted_proxies or trust_forwarded): its X-Forwarded-For is
+	// appended to, and its Forwarded, X-Real-IP and X-Forwarded-Proto/-Host
+	// lines are kept as they are. From an untrusted peer they are replaced
+	// by what ebb knows: X-Forwarded-For is the peer's address alone.
 	Trust bool
 	// Upgrade keeps Connection and Upgrade: a protocol upgrade (WebSocket)
 	// forwarded on purpose.
@@ -64,6 +68,7 @@ var (
 	hdrXForwardedProto = []byte(XForwardedProto)
 	hdrXForwardedHost  = []byte(XForwardedHost)
 	hdrForwarded       = []byte(Forwarded)
+	hdrXRealIP         = []byte("X-Real-Ip")
 	hdrExpect          = []byte("Expect")
 	hdrTE              = []byte("Te")
 	protoHTTP          = []byte("http")
@@ -122,9 +127,11 @@ func request(h Fields, found hopMask, hop *Hop, scratch []byte) []byte {
 	// the body without waiting.
 	h.DelBytes(hdrExpect)
 	if !hop.Trust {
-		// RFC 7239's Forwarded carries the same claims as X-Forwarded-*;
-		// from an untrusted client it is dropped, not passed on.
+		// RFC 7239's Forwarded and X-Real-IP carry the same claims as
+		// X-Forwarded-*; from an untrusted client they are dropped, not
+		// passed on.
 		h.DelBytes(hdrForwarded)
+		h.DelBytes(hdrXRealIP)
 	}
 	return setForwarded(h, hop, scratch)
 }
@@ -239,6 +246,15 @@ func listsToken(lines [][]byte, tok []byte) bool {
 func setForwarded(h Fields, hop *Hop, scratch []byte) []byte {
 	prior := h.PeekAll(XForwardedFor)
 	switch {
+	case !hop.Trust:
+		// An untrusted client's list is its own claim: ebb's is the
+		// address it sees.
+		if len(prior) > 0 {
+			h.DelBytes(hdrXForwardedFor)
+		}
+		if len(hop.ClientIP) > 0 {
+			h.SetCanonical(hdrXForwardedFor, hop.ClientIP)
+		}
 	case len(prior) == 0:
 		if len(hop.ClientIP) > 0 {
 			h.SetCanonical(hdrXForwardedFor, hop.ClientIP)

@@ -141,10 +141,27 @@ func TestRequestRules(t *testing.T) {
 			want: map[string][]string{"X-Forwarded-For": {"10.0.0.9"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
 		},
 		{
-			name: "appends to a chain",
+			name: "appends to a trusted proxy's chain",
+			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9"), Trust: true},
+			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}},
+		},
+		{
+			name: "replaces an untrusted client's chain",
 			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\n",
 			hop:  Hop{ClientIP: []byte("10.0.0.9")},
-			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}},
+			want: map[string][]string{"X-Forwarded-For": {"10.0.0.9"}},
+		},
+		{
+			name: "untrusted X-Real-IP goes",
+			raw:  "Host: example.com\r\nX-Real-IP: 1.2.3.4\r\n",
+			gone: []string{"X-Real-Ip"},
+		},
+		{
+			name: "trusted X-Real-IP stays",
+			raw:  "Host: example.com\r\nX-Real-IP: 1.2.3.4\r\n",
+			hop:  Hop{Trust: true},
+			want: map[string][]string{"X-Real-Ip": {"1.2.3.4"}},
 		},
 		{
 			name: "overwrites untrusted proto and host",
@@ -172,10 +189,16 @@ func TestRequestRules(t *testing.T) {
 			want: map[string][]string{"X-Forwarded-Proto": {"https"}, "Upgrade": {"websocket"}},
 		},
 		{
-			name: "repeated lines are joined or replaced",
+			name: "repeated lines are replaced",
 			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: a\r\nX-Forwarded-Host: b\r\n",
 			hop:  Hop{ClientIP: []byte("10.0.0.9")},
-			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
+			want: map[string][]string{"X-Forwarded-For": {"10.0.0.9"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"example.com"}},
+		},
+		{
+			name: "a trusted proxy's repeated lines are joined",
+			raw:  "Host: example.com\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n",
+			hop:  Hop{ClientIP: []byte("10.0.0.9"), Trust: true},
+			want: map[string][]string{"X-Forwarded-For": {"1.1.1.1, 2.2.2.2, 10.0.0.9"}},
 		},
 	}
 	for _, a := range adapters {

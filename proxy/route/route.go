@@ -6,6 +6,7 @@ package route
 
 import (
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"strings"
 
@@ -42,7 +43,8 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 		s.Clusters[c.Name] = cluster.New(c, m.ForCluster(c.Name), reg, log)
 	}
 	for _, l := range cfg.Listeners {
-		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), TrustForwarded: l.Headers.TrustForwarded}
+		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), TrustForwarded: l.Headers.TrustForwarded,
+			TrustedProxies: trustedProxies(l.Headers.TrustedProxies)}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
 			rm, ok := byCluster[r.Cluster]
@@ -85,6 +87,35 @@ type Table struct {
 	// limits.max_body_bytes (0: none) and headers.trust_forwarded.
 	MaxBodyBytes   int64
 	TrustForwarded bool
+	TrustedProxies []netip.Prefix
+}
+
+// Trusts reports whether the forwarding headers of peer are built on
+// (headers.trusted_proxies, or trust_forwarded for every peer).
+func (t *Table) Trusts(peer netip.Addr) bool {
+	if t.TrustForwarded {
+		return true
+	}
+	for _, p := range t.TrustedProxies {
+		if p.Contains(peer) {
+			return true
+		}
+	}
+	return false
+}
+
+// trustedProxies parses headers.trusted_proxies, validated already: an
+// address is a prefix of its full length.
+func trustedProxies(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 func compile(r config.Route, c *cluster.Cluster, m *metrics.Route) Route {

@@ -145,20 +145,7 @@ func TestDrainFailures(t *testing.T) {
 
 func TestDrainConfig(t *testing.T) {
 	f := startFakeEbb(t, true)
-	cfg := func(adminAddr string) string {
-		path := filepath.Join(t.TempDir(), "ebb.yaml")
-		os.WriteFile(path, []byte(`
-admin: { address: "`+adminAddr+`" }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ match: { path_prefix: "/" }, cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: ["127.0.0.1:9000"] }
-`), 0o600)
-		return path
-	}
+	cfg := func(adminAddr string) string { return writeAdminConfig(t, `address: "`+adminAddr+`"`) }
 	r := runDrain("-config", cfg(f.addr))
 	if r.code != exitOK || len(f.drains) != 1 {
 		t.Errorf("admin.address from the file: exit %d, %d drains, stderr %q", r.code, len(f.drains), r.err)
@@ -248,17 +235,7 @@ func TestAdminToken(t *testing.T) {
 	}
 	defer s.Close()
 	addr := s.Addr().String()
-	cfg := filepath.Join(dir, "ebb.yaml")
-	os.WriteFile(cfg, []byte(`
-admin: { address: "`+addr+`", token_file: "`+tokenFile+`" }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ match: { path_prefix: "/" }, cluster: app }]
-clusters:
-  - name: app
-    discovery: { static: ["127.0.0.1:9000"] }
-`), 0o600)
+	cfg := writeAdminConfig(t, `address: "`+addr+`", token_file: "`+tokenFile+`"`)
 
 	if r := runDrain("-admin", addr); r.code != exitFailed || !strings.Contains(r.err, "401") || !strings.Contains(r.err, "admin.token_file") || drains.Load() != 0 {
 		t.Errorf("drain without the token: exit %d, stderr %q, %d drains", r.code, r.err, drains.Load())
@@ -289,3 +266,24 @@ clusters:
 type readyAlways struct{}
 
 func (readyAlways) Ready() (bool, string) { return true, "ready" }
+
+// writeAdminConfig writes a valid configuration whose admin section holds
+// admin (the inside of its braces) and returns its path.
+func writeAdminConfig(t *testing.T, admin string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ebb.yaml")
+	err := os.WriteFile(path, []byte(`
+admin: { `+admin+` }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes: [{ match: { path_prefix: "/" }, cluster: app }]
+clusters:
+  - name: app
+    discovery: { static: ["127.0.0.1:9000"] }
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

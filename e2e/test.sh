@@ -13,6 +13,11 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 14m ./...
+# Each fuzz target briefly, beyond its committed corpus, so that a
+# regression in parsing shows (a failing input is written to testdata/).
+for target in config:FuzzLoad proxy/headers:FuzzRequestRules proxy/h1:FuzzHTTP1Request proxy/h2:FuzzConn; do
+	go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "./${target%%:*}/"
+done
 # The HTTP/2 engine on the newer Go release too (fetched once through the
 # module proxy): its own tests, the proxy package's matrix and h2spec.
 GOTOOLCHAIN=go1.27.3 go test -count=1 -timeout 5m ./proxy/h2/ ./proxy/

@@ -28,8 +28,8 @@ func hopOf(flags byte) Hop {
 // FuzzRequestRules feeds header sections to both adapters of the request
 // rules and checks what went upstream: no hop-by-hop field and none the
 // Connection field named (beyond what the hop keeps on purpose), no
-// Expect, no untrusted Forwarded, one X-Forwarded-* line each, with ebb's
-// values unless trusted. When fasthttp and net/http parse the section
+// Expect, no untrusted Forwarded or X-Real-IP, one X-Forwarded-* line
+// each, with ebb's values unless trusted. When fasthttp and net/http parse the section
 // into the same fields, the two adapters must also agree on the result.
 // The seed corpus is in testdata/fuzz/FuzzRequestRules.
 func FuzzRequestRules(f *testing.F) {
@@ -131,6 +131,17 @@ func checkRequestInvariants(t *testing.T, adapter string, h http.Header, hop Hop
 		}
 		if got := h[XForwardedProto]; !slices.Equal(got, []string{want}) {
 			fail("X-Forwarded-Proto %q, want %q", got, want)
+		}
+		// An untrusted client's chain is replaced by the address ebb saw.
+		var wantFor []string
+		if len(hop.ClientIP) > 0 {
+			wantFor = []string{string(hop.ClientIP)}
+		}
+		if got := h[XForwardedFor]; !slices.Equal(got, wantFor) {
+			fail("X-Forwarded-For %q from an untrusted client, want %q", got, wantFor)
+		}
+		if _, ok := h["X-Real-Ip"]; ok {
+			fail("untrusted X-Real-IP survived")
 		}
 	}
 }

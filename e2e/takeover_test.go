@@ -17,12 +17,13 @@ import (
 // takeoverTail is how long the load goes on after the old ebb exited.
 const takeoverTail = 300 * time.Millisecond
 
-// takeoverYAML is the configuration of the takeover tests: one listener on
-// a port the kernel chooses (a successor with the same file takes the same
-// socket: the configured strings match), the takeover socket, and a short
-// but complete drain timeline.
+// takeoverYAML is the configuration of the takeover tests: one listener,
+// the admin and the probes on ports the kernel chooses (a successor with
+// the same file takes the same sockets: the configured strings match, in
+// order), the takeover socket, and a short but complete drain timeline.
 func takeoverYAML(origin, socket string) string {
-	return singleClusterYAML(origin) + fmt.Sprintf(`takeover: { socket: %q }
+	return strings.Replace(singleClusterYAML(origin), "admin: { address: 127.0.0.1:0 }", "admin: { address: 127.0.0.1:0, probe_address: 127.0.0.1:0 }", 1) +
+		fmt.Sprintf(`takeover: { socket: %q }
 drain:
   delay: 200ms
   spread: 500ms
@@ -113,6 +114,9 @@ func TestTakeover(t *testing.T) {
 	if succ.admin != old.admin {
 		t.Fatalf("the successor's admin is on %s, want the old one's %s", succ.admin, old.admin)
 	}
+	if got, want := startedField(t, succ, "probe"), startedField(t, old, "probe"); got != want || want == "" {
+		t.Fatalf("the successor's probes are on %q, want the old one's %q", got, want)
+	}
 	checkDrainedExit(t, old)
 	checkTakeoverLoad(t, l, trigger)
 	if status, body, _ := get(t, adminClient, succ.adminURL("/ready")); status != http.StatusOK {
@@ -121,6 +125,17 @@ func TestTakeover(t *testing.T) {
 	if recs := succ.logRecords("takeover: serving; the previous ebb drains"); len(recs) != 1 || int(recs[0]["pid"].(float64)) != old.pid() {
 		t.Errorf("the successor's takeover lines %v, want one naming pid %d", recs, old.pid())
 	}
+}
+
+// startedField returns field of e's "ebb started" line.
+func startedField(t *testing.T, e *ebbProc, field string) string {
+	t.Helper()
+	recs := e.logRecords("ebb started")
+	if len(recs) == 0 {
+		t.Fatal("no \"ebb started\" line")
+	}
+	v, _ := recs[0][field].(string)
+	return v
 }
 
 // TestTakeoverFails: a successor that cannot start changes nothing. One

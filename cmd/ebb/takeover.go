@@ -42,13 +42,14 @@ func (s *serving) offer(ln *net.UnixListener) *takeover.Offer {
 				out = append(out, takeover.Socket{Kind: takeover.KindListener, Name: k.Name, Address: k.Address,
 					Bound: k.Listener.Addr().String(), Listener: k.Listener})
 			}
-			if ln := s.adm.ProbeListener(); ln != nil {
-				out = append(out, takeover.Socket{Kind: takeover.KindAdmin, Name: "probe", Address: s.cfg.Admin.ProbeAddress, Bound: ln.Addr().String(), Listener: ln})
+			// In the order the successor opens its sockets (listeners,
+			// admin, probes): sockets configured with the same string (a
+			// port 0) then go where they were.
+			out = append(out, takeover.Socket{Kind: takeover.KindAdmin, Address: s.cfg.Admin.Address, Bound: s.adm.Addr().String(), Listener: s.adm.Listener()})
+			if pl := s.adm.ProbeListener(); pl != nil {
+				out = append(out, takeover.Socket{Kind: takeover.KindAdmin, Name: "probe", Address: s.cfg.Admin.ProbeAddress, Bound: pl.Addr().String(), Listener: pl})
 			}
-			out = append(out,
-				takeover.Socket{Kind: takeover.KindAdmin, Address: s.cfg.Admin.Address, Bound: s.adm.Addr().String(), Listener: s.adm.Listener()},
-				takeover.Socket{Kind: takeover.KindTakeover, Address: ln.Addr().String(), Bound: ln.Addr().String(), Listener: ln})
-			return out
+			return append(out, takeover.Socket{Kind: takeover.KindTakeover, Address: ln.Addr().String(), Bound: ln.Addr().String(), Listener: ln})
 		},
 		// The successor accepts on the same sockets: from now on it gets
 		// every new connection, and this ebb drains those it has. The

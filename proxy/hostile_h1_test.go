@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -12,8 +13,10 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
-// rawOrigin is an origin that records the raw bytes of every request
-// header it receives and answers each with 200 "ok".
+// rawOrigin is an origin that records the raw bytes of every request it
+// receives (header and body) and answers each with 200 "ok". It reads
+// requests with net/http's strict parser; one it cannot parse is recorded
+// and ends the connection.
 type rawOrigin struct {
 	addr string
 	mu   sync.Mutex
@@ -22,22 +25,25 @@ type rawOrigin struct {
 
 func newRawOrigin(t *testing.T) *rawOrigin {
 	o := &rawOrigin{}
-	o.addr = proxytest.Origin(t, func(c net.Conn, br *bufio.Reader) {
+	o.addr = proxytest.Origin(t, func(c net.Conn, _ *bufio.Reader) {
+		// ebb sends the next request on a connection only once it has the
+		// answer to this one: what was read is exactly one request.
+		var raw bytes.Buffer
+		br := bufio.NewReader(io.TeeReader(c, &raw))
 		for {
-			var head strings.Builder
-			for {
-				line, err := br.ReadString('\n')
-				head.WriteString(line)
-				if err != nil {
-					return
-				}
-				if line == "\r\n" || line == "\n" {
-					break
-				}
+			req, err := http.ReadRequest(br)
+			if err == nil {
+				_, err = io.Copy(io.Discard, req.Body)
 			}
-			o.mu.Lock()
-			o.got = append(o.got, head.String())
-			o.mu.Unlock()
+			if raw.Len() > 0 {
+				o.mu.Lock()
+				o.got = append(o.got, raw.String())
+				o.mu.Unlock()
+			}
+			raw.Reset()
+			if err != nil {
+				return
+			}
 			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
 				return
 			}
@@ -88,5 +94,75 @@ func TestHostileHTTP1(t *testing.T) {
 	got := origin.received()
 	if len(got) != 1 || !strings.HasPrefix(got[0], "GET /a@b HTTP/1.1\r\n") || strings.Contains(strings.ToLower(got[0]), "authorization") {
 		t.Fatalf("the origin received %q, want only the well-formed request, without Authorization", got)
+	}
+}
+
+// TestHTTP1Framing brings the HTTP/1 request framing cases that hold
+// today into the suite: they rest on fasthttp's parser, and an upgrade
+// could regress them silently. Each case is sent on its own connection;
+// the test checks the status the client gets and the exact bytes that
+// reach the origin (none for a refusal).
+func TestHTTP1Framing(t *testing.T) {
+	origin := newRawOrigin(t)
+	e := startEbb(t, singleClusterYAML(origin.addr))
+	const fwd = "X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\n\r\n"
+	many := "GET / HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("X-Padding: 0123456789abcdef\r\n", 2000) + "\r\n"
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		origin        string // "" for nothing
+		closes        bool   // the answer ends the connection
+	}{
+		// Both framings: Transfer-Encoding wins, Content-Length goes,
+		// and the connection ends after the answer (RFC 9112 §6.3).
+		{"CL.TE", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG", 200,
+			"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n" + fwd + "0\r\n\r\n", true},
+		{"TE.CL", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 200,
+			"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n" + fwd + "3\r\nabc\r\n0\r\n\r\n", true},
+		{"two different Content-Lengths", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabcde", 400, "", true},
+		{"two equal Content-Lengths", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 400, "", true},
+		{"unknown transfer coding", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400, "", true},
+		{"chunked not last", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400, "", true},
+		{"gzip alone", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400, "", true},
+		// obs-fold is replaced by a space (RFC 9112 §5.2): one framing.
+		{"obs-fold in Transfer-Encoding", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 200,
+			"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n" + fwd + "3\r\nabc\r\n0\r\n\r\n", false},
+		{"obs-fold in Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n 4\r\n\r\nabcd", 400, "", true},
+		{"bad chunk size", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "", true},
+		{"chunk extension dropped", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\n\r\n", 200,
+			"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n" + fwd + "3\r\nabc\r\n0\r\n\r\n", false},
+		{"NUL in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x00b\r\n\r\n", 400, "", true},
+		{"CR in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", 400, "", true},
+		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "", true},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, "", false},
+		{"header section over max_header_bytes", many, 431, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(origin.received())
+			c := rawConn(t, e.addr("public"))
+			if _, err := io.WriteString(c, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if tc.closes && !resp.Close {
+				t.Errorf("the answer keeps the connection open, want it closed")
+			}
+			got := origin.received()[before:]
+			switch {
+			case tc.origin == "" && len(got) != 0:
+				t.Errorf("the origin received %q, want nothing", got)
+			case tc.origin != "" && (len(got) != 1 || got[0] != tc.origin):
+				t.Errorf("the origin received %q, want exactly %q", got, tc.origin)
+			}
+		})
 	}
 }

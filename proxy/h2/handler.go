@@ -120,6 +120,8 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP()}
 	if c.conn != nil {
 		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
+	} else {
+		hop.Trust = t.TrustForwarded
 	}
 	if rt.Cluster.NetHTTP() {
 		return c.prepareHTTP(hop, announced)

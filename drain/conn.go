@@ -97,6 +97,7 @@ type Conn struct {
 	closeReq  atomic.Bool
 	smu       sync.Mutex
 	onSignal  func()       // guarded by smu
+	streams   func() int   // guarded by smu: the engine's count of open streams (HTTP/2)
 	signaled  time.Time    // guarded by smu: when closeReq was set
 	idleSince atomic.Int64 // unix nanoseconds; 0 unless idle
 	finSent   time.Time    // owned by the controller: when an idle close began
@@ -250,6 +251,27 @@ func (c *Conn) SetState(s State) {
 			return
 		}
 	}
+}
+
+// CountStreams gives the connection the engine's count of its open
+// streams, for the drain's timeline (HTTP/2; without it an active
+// connection counts as one request in flight). It is called from other
+// goroutines, a few times a second during a drain.
+func (c *Conn) CountStreams(f func() int) {
+	c.smu.Lock()
+	c.streams = f
+	c.smu.Unlock()
+}
+
+// inFlight is the number of requests in flight on an active connection.
+func (c *Conn) inFlight() int {
+	c.smu.Lock()
+	f := c.streams
+	c.smu.Unlock()
+	if f == nil {
+		return 1
+	}
+	return f()
 }
 
 // CloseRequested reports whether the drain has given this connection its

@@ -101,6 +101,7 @@ type Controller struct {
 	reg *Registry
 	srv Server
 	log *slog.Logger
+	tl  *Timeline
 
 	mu        sync.Mutex
 	trigger   chan struct{} // closed by the first trigger
@@ -113,7 +114,7 @@ type Controller struct {
 // NewController returns a controller for the connections of reg, acting on
 // srv.
 func NewController(cfg config.Drain, reg *Registry, srv Server, log *slog.Logger) *Controller {
-	return &Controller{cfg: cfg, reg: reg, srv: srv, log: log,
+	return &Controller{cfg: cfg, reg: reg, srv: srv, log: log, tl: NewTimeline(),
 		trigger: make(chan struct{}), force: make(chan struct{}), appGone: make(chan struct{})}
 }
 
@@ -170,6 +171,10 @@ func (c *Controller) Triggered() (bool, time.Time) {
 	}
 }
 
+// Timeline returns the drain's timeline: empty until the trigger, then
+// filled as the drain goes.
+func (c *Controller) Timeline() *Timeline { return c.tl }
+
 // Phase returns the drain's phase.
 func (c *Controller) Phase() Phase { return Phase(c.reg.Stats.Phase.Load()) }
 
@@ -212,6 +217,7 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 
 	c.reg.watching.Store(true)
 	defer c.reg.watching.Store(false)
+	c.tl.begin(start, cause, d)
 	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(),
 		"delay", d.Delay.String(), "spread", d.Spread.String(), "timeout", d.Timeout.String())
 	r.enter(PhaseAnnounce)
@@ -230,10 +236,16 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
+	// sample records the timeline between the moments that change it.
+	sample := time.NewTicker(SampleInterval)
+	defer sample.Stop()
 	appGone := c.appGone
 	var lastScan time.Time
 	for {
 		select {
+		case now := <-sample.C:
+			r.record(now, false)
+			continue
 		case <-c.force:
 			return r.finish(ReasonForced), nil
 		case <-deadline.C:
@@ -270,9 +282,21 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	}
 }
 
-// enter moves to phase p and logs it with the counts so far.
+// record adds a sample of the drain at now to the timeline; keep says it
+// marks a moment (a phase change, the end) and is kept whatever the grain.
+func (r *run) record(now time.Time, keep bool) Sample {
+	s := r.reg.sample(now, r.start, r.cfg.Timeout)
+	r.tl.record(s, keep)
+	return s
+}
+
+// enter moves to phase p, marks it on the timeline and logs it with the
+// counts so far.
 func (r *run) enter(p Phase) {
 	r.reg.Stats.Phase.Store(int32(p))
+	now := time.Now()
+	r.tl.phase(p, now.Sub(r.start))
+	r.record(now, true)
 	st := &r.reg.Stats
 	r.log.Info("drain phase", "phase", p.String(), "since_trigger", time.Since(r.start).Round(time.Millisecond).String(),
 		"connections", r.reg.Len(), "in_flight", r.reg.active(),
@@ -405,8 +429,12 @@ func (r *run) finish(reason Reason) Result {
 		r.reg.Stats.ForcedCloses.Add(int64(res.Forced))
 	}
 	r.srv.Close()
-	res.Took = time.Since(r.start)
+	now := time.Now()
+	res.Took = now.Sub(r.start)
+	last := r.record(now, true)
 	r.log.Info("drain finished", "reason", string(res.Reason), "forced_closes", res.Forced,
 		"took", res.Took.Round(time.Millisecond).String())
+	text := r.tl.finish(Outcome{Reason: res.Reason, ForcedCloses: res.Forced, TookMS: res.Took.Milliseconds()}, last)
+	r.log.Info("drain summary", "summary", text)
 	return res
 }

@@ -48,6 +48,9 @@ type Stats struct {
 	Requests atomic.Int64
 	// Dials counts upstream connections opened during the drain.
 	Dials atomic.Int64
+	// Errors counts the 5xx responses ebb made itself during the drain
+	// (no endpoint, an upstream failure): errors clients saw.
+	Errors atomic.Int64
 }
 
 // NewRegistry returns an empty registry.

@@ -61,6 +61,7 @@ func (l *listener) serveConn(c *drain.Conn) {
 	l.h2.Serve(h2.WithConn(context.Background(), c), nc, func(hc *h2.Conn) {
 		served = hc
 		l.trackH2(hc, true)
+		c.CountStreams(hc.Streams)
 		// The drain's close signal, at this connection's moment (at once
 		// for a connection accepted during the drain, right after the
 		// engine's SETTINGS): the two-phase GOAWAY.

@@ -106,6 +106,7 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
 	ep := rt.Cluster.Pick()
 	if ep == nil {
+		l.countError(http.StatusServiceUnavailable)
 		c.Reply(http.StatusServiceUnavailable, MsgNoEndpoint)
 		return http.StatusServiceUnavailable
 	}
@@ -113,6 +114,7 @@ func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
 	status, last, err := c.Send(rt, ep)
 	if err != nil {
 		status, msg := l.Failure(c.Context(), rt, last, c.Body(), err)
+		l.countError(status)
 		c.Reply(status, msg)
 		return status
 	}
@@ -122,9 +124,18 @@ func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
 // reject answers a request ebb will not forward, counts it on rm and logs
 // it, and returns the status.
 func (l *Listener) reject(c Call, rm *metrics.Route, proto drain.Protocol, cluster string, status int, msg string, start time.Time) int {
+	l.countError(status)
 	c.Reply(status, msg)
 	c.Finish(status)
 	rm.Record(proto, status, start)
 	l.accessLog(c, cluster, status, start)
 	return status
+}
+
+// countError counts a 5xx response ebb makes itself during a drain: the
+// errors the drain's timeline shows, which a drain must never cause.
+func (l *Listener) countError(status int) {
+	if status >= 500 && l.Registry.Draining() {
+		l.Registry.Stats.Errors.Add(1)
+	}
 }

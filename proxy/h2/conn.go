@@ -324,6 +324,14 @@ func (s *Server) Serve(ctx context.Context, nc net.Conn, started func(*Conn)) {
 	c.reportState()
 }
 
+// Streams returns the number of streams open on the connection: the
+// requests in flight, for the drain's timeline.
+func (c *Conn) Streams() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.streams)
+}
+
 // Done is closed when the connection has been served to its end.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 

@@ -11,6 +11,9 @@
 //	GET  /config          the effective configuration, secrets redacted
 //	GET  /endpoints       each cluster's endpoints (when Options.Endpoints is set)
 //	     /debug/pprof/    Go's profiles (when Options.Pprof is set)
+//	GET  /drain/timeline  the drain's timeline as JSON (when Options.Timeline is set)
+//	GET  /drain/report    the same as one HTML page with charts; it refreshes while draining
+//	GET  /drain/progress  one JSON line per sample as the drain goes, then the outcome
 //	POST /drain           start the drain; 202, and again 202 if already draining
 //	POST /shutdown?now    skip to the forced close; 202 (400 without ?now)
 //
@@ -40,6 +43,8 @@ import (
 	"net/http/pprof"
 	"strings"
 	"time"
+
+	"github.com/ebb-proxy/ebb/drain"
 )
 
 // Readiness is what /ready asks.
@@ -75,6 +80,9 @@ type Options struct {
 	Endpoints func() any
 	// Drain starts the drain (nil: no /drain). It returns at once.
 	Drain func(cause string)
+	// Timeline is the drain's (nil: no /drain/timeline, /drain/report,
+	// /drain/progress).
+	Timeline *drain.Timeline
 	// Shutdown skips to the forced close (nil: no /shutdown).
 	Shutdown func(cause string)
 	// Reload reloads the configuration (nil: no /reload), returning what
@@ -159,6 +167,21 @@ func Start(o Options) (*Server, error) {
 			text(w, http.StatusAccepted, "draining")
 		})
 	}
+	if tl := o.Timeline; tl != nil {
+		mux.HandleFunc("GET /drain/timeline", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Cache-Control", "no-store")
+			writeJSON(w, tl.Report())
+		})
+		mux.HandleFunc("GET /drain/report", func(w http.ResponseWriter, _ *http.Request) {
+			h := w.Header()
+			h.Set("Content-Type", "text/html; charset=utf-8")
+			h.Set("Cache-Control", "no-store")
+			// The page needs nothing but itself and its inline styles.
+			h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+			_ = tl.Report().WriteHTML(w)
+		})
+		mux.HandleFunc("GET /drain/progress", func(w http.ResponseWriter, r *http.Request) { progress(w, r, tl) })
+	}
 	if o.Reload != nil {
 		mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
 			res, applied := o.Reload("admin /reload from " + r.RemoteAddr)
@@ -193,6 +216,50 @@ func Start(o Options) (*Server, error) {
 		s.probe = serve(probeLn, pm, o.Log, "probe server")
 	}
 	return s, nil
+}
+
+// ProgressLine is one line of /drain/progress: a sample, or, last, the
+// outcome.
+type ProgressLine struct {
+	Sample  *drain.Sample  `json:"sample,omitempty"`
+	Outcome *drain.Outcome `json:"outcome,omitempty"`
+}
+
+// progress streams the drain as it goes: one line per sample recorded
+// (waiting for the drain to begin, if it has not), then a line with the
+// outcome, then the end of the response. A reader that falls behind gets
+// the latest sample, not every one.
+func progress(w http.ResponseWriter, r *http.Request, tl *drain.Timeline) {
+	h := w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	var last drain.Sample
+	sent := false
+	for {
+		changed := tl.Changed()
+		s, out, ok := tl.Latest()
+		if ok && (!sent || s != last) {
+			if enc.Encode(ProgressLine{Sample: &s}) != nil {
+				return
+			}
+			last, sent = s, true
+		}
+		if out != nil {
+			_ = enc.Encode(ProgressLine{Outcome: out})
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // probes registers /live and /ready, the endpoints probes call, on mux.

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,8 +134,8 @@ func (t *Timeline) Report() Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.rep
-	r.Phases = append([]PhaseMark(nil), r.Phases...)
-	r.Samples = append([]Sample(nil), r.Samples...)
+	r.Phases = slices.Clone(r.Phases)
+	r.Samples = slices.Clone(r.Samples)
 	r.Settings.IntervalMS = t.every.Milliseconds()
 	if r.Outcome != nil {
 		o := *r.Outcome

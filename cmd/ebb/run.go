@@ -204,6 +204,7 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 		},
 		Endpoints: func() any { return px.Endpoints() },
 		Drain:     ctl.Trigger,
+		Timeline:  ctl.Timeline(),
 		Shutdown:  ctl.Force,
 		Log:       log,
 	})

@@ -112,6 +112,7 @@ func resolvePaths(cfg *Config, dir string) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
+	abs(&cfg.Drain.Report)
 	for i := range cfg.Clusters {
 		abs(&cfg.Clusters[i].Discovery.File)
 		abs(&cfg.Clusters[i].TLS.CAFile)

@@ -460,6 +460,37 @@ func TestValidateTakeover(t *testing.T) {
 	}
 }
 
+// TestDrainReport: drain.report names a file in an existing directory; a
+// relative path is relative to the configuration file.
+func TestDrainReport(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		report string
+		want   string // a problem; none if empty
+	}{
+		{report: ""},
+		{report: dir + "/drain.html"},
+		{report: "drain.json"},
+		{report: dir + "/missing/drain.html", want: `drain.report: expected a file path in an existing directory, got "` + dir + `/missing/drain.html"`},
+		{report: dir, want: "drain.report: expected a file path, got the directory"},
+	} {
+		t.Run(tc.report, func(t *testing.T) {
+			loadWants(t, minimal+fmt.Sprintf("drain: { report: %q }\n", tc.report), tc.want)
+		})
+	}
+	path := writeConfig(t, minimal+"drain: { report: reports/drain.html }\n")
+	if err := os.Mkdir(filepath.Join(filepath.Dir(path), "reports"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(path), "reports", "drain.html"); cfg.Drain.Report != want {
+		t.Errorf("drain.report = %q, want %q", cfg.Drain.Report, want)
+	}
+}
+
 func TestValidateAdmin(t *testing.T) {
 	dir := t.TempDir()
 	good, short := dir+"/token", dir+"/short"

@@ -314,6 +314,9 @@ type Drain struct {
 	HTTP2       DrainHTTP2     `key:"http2"`
 	Signals     []string       `key:"signals"`
 	App         App            `key:"app"`
+	// Report, if set, is the file the drain's timeline is written to at
+	// exit: JSON when it ends in .json, else the HTML page.
+	Report string `key:"report"`
 }
 
 // EffectiveMinDuration is MinDuration, or Delay + Spread when unset.

@@ -348,6 +348,13 @@ func (v *validator) takeover(t Takeover) {
 }
 
 func (v *validator) drain(d Drain) {
+	if p := d.Report; p != "" {
+		if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {
+			v.add("drain.report", "expected a file path in an existing directory, got %q", p)
+		} else if st, err := os.Stat(p); err == nil && st.IsDir() {
+			v.add("drain.report", "expected a file path, got the directory %q", p)
+		}
+	}
 	v.positive("drain.timeout", d.Timeout)
 	if d.Delay+d.Spread >= d.Timeout && d.Timeout > 0 {
 		v.add("drain.timeout", "%s leaves no time to drain after delay (%s) and spread (%s); make it longer than both together", d.Timeout, d.Delay, d.Spread)

@@ -2,9 +2,13 @@ package drain
 
 import (
 	_ "embed"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -181,6 +185,36 @@ func (r Report) WriteHTML(w io.Writer) error {
 		}
 	}
 	return reportTmpl.Execute(w, d)
+}
+
+// WriteFile writes the report to path (drain.report): as JSON when path
+// ends in .json, else as the HTML page. The file appears whole or not at
+// all: it is written next to path, then renamed.
+func (r Report) WriteFile(path string) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		enc := json.NewEncoder(f)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r)
+	} else {
+		err = r.WriteHTML(f)
+	}
+	if err = errors.Join(err, f.Chmod(0o644)); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // niceMax rounds v up to 1, 2 or 5 times a power of ten (at least 1), for

@@ -2,7 +2,10 @@ package drain
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -96,5 +99,36 @@ func TestNiceMax(t *testing.T) {
 		if got := niceMax(v); got != want {
 			t.Errorf("niceMax(%g) = %g, want %g", v, got, want)
 		}
+	}
+}
+
+// TestReportWriteFile: JSON for a .json path, the page otherwise, and no
+// temporary file left behind.
+func TestReportWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	rep := sampleReport()
+	for _, name := range []string{"drain.json", "drain.html"} {
+		path := filepath.Join(dir, name)
+		if err := rep.WriteFile(path); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "drain.json" {
+			var got Report
+			if err := json.Unmarshal(b, &got); err != nil || len(got.Samples) != len(rep.Samples) || got.Outcome.Reason != ReasonDrained {
+				t.Errorf("%s: %v, %d samples", name, err, len(got.Samples))
+			}
+		} else if !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) {
+			t.Errorf("%s does not hold the page: %.40q", name, b)
+		}
+	}
+	if err := rep.WriteFile(filepath.Join(dir, "missing", "drain.html")); err == nil {
+		t.Error("writing into a missing directory did not fail")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("%d files in the directory, want the 2 reports", len(ents))
 	}
 }

@@ -133,6 +133,14 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 	}
 	res := s.run(cfg, signalChans{drain: sigs, hup: hups, usr2: usr2}, child)
+	if path := cfg.Drain.Report; path != "" {
+		// For postmortems; the exit status stays the drain's.
+		if err := s.ctl.Timeline().Report().WriteFile(path); err != nil {
+			log.Error("writing the drain report (drain.report)", "path", path, "err", err)
+		} else {
+			log.Info("drain report written", "path", path)
+		}
+	}
 
 	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.adm.Shutdown(shutCtx)

@@ -227,8 +227,7 @@ type ProgressLine struct {
 
 // progress streams the drain as it goes: one line per sample recorded
 // (waiting for the drain to begin, if it has not), then a line with the
-// outcome, then the end of the response. A reader that falls behind gets
-// the latest sample, not every one.
+// outcome, then the end of the response.
 func progress(w http.ResponseWriter, r *http.Request, tl *drain.Timeline) {
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
@@ -236,17 +235,16 @@ func progress(w http.ResponseWriter, r *http.Request, tl *drain.Timeline) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
-	var last drain.Sample
-	sent := false
+	var seen uint64
 	for {
 		changed := tl.Changed()
-		s, out, ok := tl.Latest()
-		if ok && (!sent || s != last) {
-			if enc.Encode(ProgressLine{Sample: &s}) != nil {
+		ss, next, out := tl.Since(seen)
+		for i := range ss {
+			if enc.Encode(ProgressLine{Sample: &ss[i]}) != nil {
 				return
 			}
-			last, sent = s, true
 		}
+		seen = next
 		if out != nil {
 			_ = enc.Encode(ProgressLine{Outcome: out})
 			return

@@ -110,7 +110,7 @@ func TestDrainTimeline(t *testing.T) {
 	}
 	// 600 ms of announce: a sample at 0 and about every 100 ms, then the
 	// signal, wait and exit phases, each marked by a sample.
-	if len(samples) < 5 {
+	if len(samples) < 9 {
 		t.Fatalf("%d samples streamed: %+v", len(samples), samples)
 	}
 	order := map[string]int{"announce": 1, "signal": 2, "wait": 3, "exit": 4}
@@ -131,14 +131,18 @@ func TestDrainTimeline(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil {
 		t.Fatalf("GET /drain/timeline = %d %v", code, err)
 	}
-	if rep.Outcome == nil || len(rep.Phases) != 4 || rep.Settings.DelayMS != 600 || len(rep.Samples) < len(samples) {
+	if rep.Outcome == nil || len(rep.Phases) != 4 || rep.Settings.DelayMS != 600 {
 		t.Errorf("the timeline after the drain: %+v", rep)
+	}
+	if len(rep.Samples) != len(samples) {
+		t.Errorf("%d samples streamed, %d in the timeline: the stream must carry every one", len(samples), len(rep.Samples))
 	}
 	if _, page := get(t, base+"/drain/report"); strings.Contains(page, `http-equiv="refresh"`) || !strings.Contains(page, `<polyline data-series="http1"`) {
 		t.Errorf("the report page after the drain:\n%s", page)
 	}
-	// A progress stream opened after the drain gets its end at once.
-	if code, body := get(t, base+"/drain/progress"); code != 200 || strings.Count(body, "\n") != 2 || !strings.Contains(body, `"outcome"`) {
+	// A progress stream opened after the drain gets the whole drain at
+	// once, and its end.
+	if code, body := get(t, base+"/drain/progress"); code != 200 || strings.Count(body, "\n") != len(rep.Samples)+1 || !strings.HasSuffix(body, "}}\n") || !strings.Contains(body, `{"outcome":{"reason":"drained"`) {
 		t.Errorf("GET /drain/progress after the drain = %d %q", code, body)
 	}
 }

@@ -27,6 +27,8 @@ const maxSamples = 2048
 type Timeline struct {
 	mu      sync.Mutex
 	rep     Report        // guarded by mu
+	seqs    []uint64      // guarded by mu: the number of each of rep.Samples, counting from 1
+	total   uint64        // guarded by mu: the samples recorded so far
 	every   time.Duration // guarded by mu: the grain samples are kept at
 	changed chan struct{} // guarded by mu: closed and replaced at every record
 }
@@ -144,23 +146,23 @@ func (t *Timeline) Report() Report {
 	return r
 }
 
-// Latest returns the last sample and the outcome (nil until the drain has
-// ended); ok is false while no drain has begun.
-func (t *Timeline) Latest() (s Sample, out *Outcome, ok bool) {
+// Since returns the samples recorded after the first seen ones (those of
+// them still kept: a reader far behind a long drain misses some), the
+// number to pass next time, and the outcome once the drain has ended.
+func (t *Timeline) Since(seen uint64) (ss []Sample, next uint64, out *Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if n := len(t.rep.Samples); n > 0 {
-		s, ok = t.rep.Samples[n-1], true
-	}
+	i, _ := slices.BinarySearch(t.seqs, seen+1)
+	ss = slices.Clone(t.rep.Samples[i:])
 	if t.rep.Outcome != nil {
 		o := *t.rep.Outcome
 		out = &o
 	}
-	return s, out, ok
+	return ss, t.total, out
 }
 
 // Changed returns a channel closed at the next record. Take it before
-// Latest, so that no record falls between the two.
+// Since, so that no record falls between the two.
 func (t *Timeline) Changed() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -198,15 +200,17 @@ func (t *Timeline) record(s Sample, keep bool) {
 	}
 	if len(ss) >= maxSamples {
 		// Keep the first, then every other one; the grain doubles.
-		kept := ss[:1]
+		kept, seqs := ss[:1], t.seqs[:1]
 		for i := 2; i < len(ss); i += 2 {
-			kept = append(kept, ss[i])
+			kept, seqs = append(kept, ss[i]), append(seqs, t.seqs[i])
 		}
 		clear(ss[len(kept):])
-		ss = kept
+		ss, t.seqs = kept, seqs
 		t.every *= 2
 	}
+	t.total++
 	t.rep.Samples = append(ss, s)
+	t.seqs = append(t.seqs, t.total)
 	t.notifyLocked()
 }
 

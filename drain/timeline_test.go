@@ -16,7 +16,7 @@ func TestTimelineRecordsDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubble(t, drainConfig(2*time.Second, 2*time.Second, 30*time.Second))
 		tl := b.ctl.Timeline()
-		if _, _, ok := tl.Latest(); ok {
+		if ss, _, _ := tl.Since(0); len(ss) != 0 {
 			t.Fatal("a timeline holds a sample before any drain")
 		}
 		var idle []*Conn
@@ -38,10 +38,11 @@ func TestTimelineRecordsDrain(t *testing.T) {
 		default:
 			t.Fatal("Changed was not closed by the drain's first samples")
 		}
-		s, out, ok := tl.Latest()
-		if !ok || out != nil {
-			t.Fatalf("during the drain: ok %v, outcome %v", ok, out)
+		ss, seen, out := tl.Since(0)
+		if len(ss) != 11 || seen != 11 || out != nil {
+			t.Fatalf("during the drain: %d samples (%d seen), outcome %v; want 11, none", len(ss), seen, out)
 		}
+		s := ss[len(ss)-1]
 		if s.AtMS != 1000 || s.Phase != "announce" || s.LeftMS != 29000 {
 			t.Fatalf("sample at 1s: at %d ms, phase %s, %d ms left; want 1000, announce, 29000", s.AtMS, s.Phase, s.LeftMS)
 		}
@@ -49,8 +50,9 @@ func TestTimelineRecordsDrain(t *testing.T) {
 		if c.Total != 3 || c.HTTP1.Idle != 2 || c.HTTP2.Active != 1 || c.Unknown.Total() != 0 || s.InFlight != 3 {
 			t.Fatalf("sample at 1s: %+v, %d in flight; want 2 idle HTTP/1, 1 active HTTP/2, 3 in flight", c, s.InFlight)
 		}
-		if n := len(tl.Report().Samples); n != 11 {
-			t.Fatalf("%d samples in the first second, want 11 (0 ms, then every 100 ms)", n)
+		b.sleepUntil(1200 * time.Millisecond)
+		if ss, seen, _ := tl.Since(seen); len(ss) != 2 || seen != 13 || ss[0].AtMS != 1100 {
+			t.Fatalf("Since(11) after 1.2s: %+v (%d seen), want the samples at 1.1s and 1.2s", ss, seen)
 		}
 
 		// The idle HTTP/1 connections are closed a second after their

@@ -32,7 +32,8 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
 	tokenFile := fs.String("token-file", "", "file holding the admin token (default with -config: admin.token_file)")
 	now := fs.Bool("now", false, "skip the drain: close every connection at once (POST /shutdown?now)")
-	wait := fs.Bool("wait", false, "once accepted, wait until ebb has exited")
+	wait := fs.Bool("wait", false, "once accepted, show the drain as it goes and wait until ebb has exited")
+	progress := fs.String("progress", progressAuto, "with -wait, how to show the drain: auto (inplace on a terminal, else lines), inplace, lines, or off")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long (the request and -wait)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
@@ -40,6 +41,12 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	set, code := checkAdminFlags(fs, "ebb drain", *timeout, stderr)
 	if code >= 0 {
 		return code
+	}
+	switch *progress {
+	case progressAuto, progressInPlace, progressLines, progressOff:
+	default:
+		fmt.Fprintf(stderr, "ebb drain: -progress: expected auto, inplace, lines or off, got %q\n", *progress)
+		return exitUsage
 	}
 	if set["config"] {
 		cfg, err := loadConfig(cf)
@@ -77,6 +84,16 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "ebb at %s: accepted (%s)\n", *addr, what)
 	if !*wait {
 		return exitOK
+	}
+	// The drain as it goes, then its outcome; then the exit itself (ebb
+	// writes drain.report and stops its admin server after the drain).
+	// Without the stream (an older ebb, a stream cut short), only the exit.
+	switch out, err := followDrain(ctx, client, "http://"+*addr, token, resolveProgress(*progress, stdout), stdout); {
+	case err == nil:
+		fmt.Fprint(stdout, outcomeText(*addr, out))
+	case errors.Is(err, errNoProgress) || ctx.Err() != nil:
+	default:
+		fmt.Fprintf(stdout, "ebb at %s: the drain's progress stopped (%v); waiting for the exit\n", *addr, err)
 	}
 	if err := waitGone(ctx, client, "http://"+*addr+"/live"); err != nil {
 		fmt.Fprintf(stderr, "ebb drain: waiting for ebb at %s to exit: %v after -timeout %s\n", *addr, err, *timeout)

@@ -3,7 +3,7 @@
 //
 //	ebb [run] -config ebb.yaml [-set key=value ...] [-- CMD ARGS...]
 //	ebb check -config ebb.yaml
-//	ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait] [-timeout 60s]
+//	ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait [-progress auto]] [-timeout 60s]
 //	ebb reload [-admin 127.0.0.1:9901 | -config ebb.yaml] [-timeout 30s]
 //	ebb version
 //
@@ -75,11 +75,13 @@ func usage(w io.Writer) {
         the signals ebb receives, and its exit starts ebb's drain
   ebb check -config ebb.yaml [-set key=value ...]
         validate the configuration and print every problem
-  ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait] [-timeout 60s]
+  ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait [-progress auto]] [-timeout 60s]
         ask the running ebb to drain (POST /drain on its admin server);
         -config reads admin.address from the file; -now closes every
-        connection at once instead (POST /shutdown?now); -wait then waits
-        until ebb has exited, for at most -timeout. Kubernetes preStop exec
+        connection at once instead (POST /shutdown?now); -wait then shows
+        the drain as it goes (-progress: inplace on a terminal, else lines;
+        or off), its summary and exit reason, and waits until ebb has
+        exited, for at most -timeout. Kubernetes preStop exec
         hook: "ebb drain -wait" (the pod's SIGTERM follows the hook).
         Exit 0 accepted (with -wait: and ebb exited); 1 ebb not reached,
         refused, or still running after -timeout

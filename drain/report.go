@@ -61,13 +61,18 @@ var panels = []struct {
 	}},
 	{"Requests received per second", []series{
 		{"requests_per_second", "requests per second", "#393b79", func(ss []Sample, n int) float64 {
-			// The rate over the interval that ends at n (at the first
-			// sample, over the one that follows it).
+			// The rate since the sample at least half an interval before
+			// (samples at phase changes fall between the others); at the
+			// first sample, that of the one that follows it.
 			n = max(n, min(1, len(ss)-1))
-			if n == 0 || ss[n].AtMS <= ss[n-1].AtMS {
+			j := n - 1
+			for j > 0 && ss[n].AtMS-ss[j].AtMS < SampleInterval.Milliseconds()/2 {
+				j--
+			}
+			if j < 0 || ss[n].AtMS <= ss[j].AtMS {
 				return 0
 			}
-			return float64(ss[n].Requests-ss[n-1].Requests) * 1000 / float64(ss[n].AtMS-ss[n-1].AtMS)
+			return float64(ss[n].Requests-ss[j].Requests) * 1000 / float64(ss[n].AtMS-ss[j].AtMS)
 		}},
 	}},
 }

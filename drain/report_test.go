@@ -132,3 +132,20 @@ func TestReportWriteFile(t *testing.T) {
 		t.Errorf("%d files in the directory, want the 2 reports", len(ents))
 	}
 }
+
+// TestRequestRate: the requests-per-second series is steady across a
+// sample taken a millisecond after another (a phase change).
+func TestRequestRate(t *testing.T) {
+	ss := []Sample{{AtMS: 0, Requests: 0}, {AtMS: 100, Requests: 50}, {AtMS: 200, Requests: 100}, {AtMS: 201, Requests: 100}, {AtMS: 300, Requests: 150}}
+	var rate func([]Sample, int) float64
+	for _, s := range panels[2].Series {
+		if s.Name == "requests_per_second" {
+			rate = s.value
+		}
+	}
+	for n, want := range []float64{500, 500, 500, 50 * 1000.0 / 101, 50 * 1000.0 / 99} {
+		if got := rate(ss, n); got != want {
+			t.Errorf("rate at sample %d = %g, want %g", n, got, want)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ebb's tests and benchmarks need on a fresh Debian machine
-# with Go: curl, nginx, HAProxy, wrk and h2load (nghttp2-client), and
-# h2spec with go install. Safe to run again: it installs only what is
+# with Go: curl, nginx, HAProxy, wrk, h2load (nghttp2-client), headless
+# Chromium (for the drain report's page) with a font, and h2spec with go
+# install. Safe to run again: it installs only what is
 # missing. Needs root (or sudo) for the Debian packages.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
 command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v taskset >/dev/null 2>&1 || need+=(util-linux)
+command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || need+=(chromium-headless-shell)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 
 if [ ${#need[@]} -gt 0 ]; then
 	sudo=""

@@ -1,9 +1,10 @@
 // Package drain owns ebb's shutdown: the connection registry that knows
 // every downstream connection, the controller that runs the drain timeline
 // when a trigger arrives (a signal, the admin API, the watched application
-// exiting), and the decision of when and how the process exits.
+// exiting), the decision of when and how the process exits, and the
+// record of each drain (Timeline: its phases and a sample every
+// SampleInterval, served by the admin server, shown by `ebb drain -wait`
+// and written by drain.report as JSON or as an HTML page).
 //
-// The timeline is specified in design/DRAIN.md. This version implements its
-// frame: triggers, readiness, a graceful stop bounded by drain.timeout, and
-// the exit decision (drained, or forced at the deadline).
+// The timeline is specified in docs/DRAIN.md.
 package drain

@@ -213,7 +213,10 @@ func TestDrainInFlight(t *testing.T) {
 				}
 			}
 			t.Cleanup(releaseOnce)
-			e := startEbb(t, singleClusterYAML(hostPort(origin)))
+			// spread: 0s signals every connection at the trigger, all
+			// before the wait phase begins, so that the test knows when
+			// the in-flight connection has had its close signal.
+			e := startEbb(t, singleClusterYAML(hostPort(origin))+"drain: { spread: 0s }\n")
 
 			type result struct {
 				status int
@@ -250,6 +253,14 @@ func TestDrainInFlight(t *testing.T) {
 					t.Errorf("the request in flight got %d %q; the forced stop should have cut it", r.status, r.body)
 				}
 				return
+			}
+			// Release the origin only once the close signal is given (the
+			// wait phase begins after it): a response that ends before the
+			// connection's moment rightly carries no Connection: close.
+			for !strings.Contains(body, "phase wait") {
+				if status, body = pollReady(t, e); status != 503 {
+					t.Fatalf("/ready during the drain: %d %q, want 503", status, body)
+				}
 			}
 			releaseOnce()
 			r := recv(t, done, "the request in flight to complete")

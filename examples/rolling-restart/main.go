@@ -1,0 +1,342 @@
+// Command rolling-restart shows ebb's drain in one command, with nothing
+// installed but Go:
+//
+//	go run ./examples/rolling-restart
+//
+// It starts two origins and two ebb replicas behind a Service VIP that
+// behaves as kube-proxy's does (new connections go to the endpoints
+// listed, existing ones stay where they are), sends keep-alive HTTP/1.1
+// and HTTP/2 load and new HTTP/1.1 connections through it, and replaces
+// the replicas one by one as a Deployment's rolling update does: a new
+// replica joins, the old one gets SIGTERM, and its endpoint leaves the VIP
+// half a second later, as the removal propagates. It prints the errors the
+// clients saw, each drain's phases, exit status and reason, and the path
+// of its report (drain.report), and exits 1 if any client saw an error.
+//
+// Where nginx or HAProxy is installed, the same rolling restart runs
+// through them too (their graceful stops: SIGQUIT, SIGUSR1), and the
+// client errors are shown side by side. -peers none skips them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// propagation is how long after a replica's stop signal its endpoint
+// leaves the VIP: kube-proxy's lag, shortened for the demo.
+const propagation = 500 * time.Millisecond
+
+// starter starts a replica of one kind of proxy in dir, in front of
+// origins.
+type starter func(dir, name string, origins []string) (*replica, error)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rolling-restart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ebbBin := fs.String("ebb", "", "the ebb binary to run (default: built from this repository)")
+	var sets setFlags
+	fs.Var(&sets, "set", "passed on to each ebb replica as -set key=value (repeatable): try drain.accept_until=immediately and drain.delay=0s")
+	peerList := fs.String("peers", "auto", "the peers to run the same restart through: auto (nginx and haproxy where installed), none, or a list such as nginx,haproxy")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "ebb-rolling-restart-")
+	if err != nil {
+		fmt.Fprintln(stderr, "rolling-restart:", err)
+		return 1
+	}
+	peers, err := choosePeers(*peerList)
+	if err != nil {
+		fmt.Fprintln(stderr, "rolling-restart:", err)
+		return 2
+	}
+	if *ebbBin == "" {
+		fmt.Fprintln(stdout, "building ebb ...")
+		if *ebbBin, err = buildEbb(context.Background(), dir); err != nil {
+			fmt.Fprintln(stderr, "rolling-restart:", err)
+			return 1
+		}
+	}
+	origins, stopOrigins, err := startOrigins(2)
+	if err != nil {
+		fmt.Fprintln(stderr, "rolling-restart: starting the origins:", err)
+		return 1
+	}
+	defer stopOrigins()
+
+	bin := *ebbBin
+	kinds := []struct {
+		name  string
+		start starter
+	}{{"ebb", func(dir, name string, o []string) (*replica, error) { return startEbb(bin, dir, name, o, sets) }}}
+	for _, p := range peers {
+		switch p.name {
+		case "nginx":
+			kinds = append(kinds, struct {
+				name  string
+				start starter
+			}{"nginx", func(dir, name string, o []string) (*replica, error) { return startNginx(p.bin, dir, name, o) }})
+		case "haproxy":
+			kinds = append(kinds, struct {
+				name  string
+				start starter
+			}{"haproxy", func(dir, name string, o []string) (*replica, error) { return startHAProxy(p.bin, dir, name, o) }})
+		}
+	}
+	fmt.Fprintf(stdout, "two origins, two replicas behind a Service VIP, keep-alive HTTP/1.1 and HTTP/2 load and new HTTP/1.1 connections;\n"+
+		"each replica is replaced in turn: a new one joins, the old one gets its stop signal, its endpoint leaves the VIP %s later.\n", propagation)
+	if len(peers) == 0 && *peerList == "auto" {
+		fmt.Fprintln(stdout, "(install nginx or haproxy to see the same restart through them)")
+	}
+
+	status := 0
+	var table []string
+	for _, k := range kinds {
+		fmt.Fprintf(stdout, "\n== %s ==\n", k.name)
+		sub := dir + "/" + k.name
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			fmt.Fprintln(stderr, "rolling-restart:", err)
+			return 1
+		}
+		errs, clean, err := rollingRestart(stdout, sub, origins, k.start)
+		if err != nil {
+			fmt.Fprintf(stderr, "rolling-restart: %s: %v\n", k.name, err)
+			if k.name == "ebb" {
+				return 1
+			}
+			table = append(table, fmt.Sprintf("  %-8s did not run: %v", k.name, err))
+			continue
+		}
+		table = append(table, fmt.Sprintf("  %-8s %5d", k.name, errs))
+		if k.name == "ebb" && (errs > 0 || !clean) {
+			status = 1
+		}
+	}
+	fmt.Fprintln(stdout, "\nclient errors during the same rolling restart:")
+	fmt.Fprintln(stdout, strings.Join(table, "\n"))
+	fmt.Fprintf(stdout, "logs, configurations and reports: %s\n", dir)
+	if status != 0 {
+		fmt.Fprintln(stdout, "FAIL: ebb's rolling restart was not clean")
+	}
+	return status
+}
+
+// rollingRestart replaces two replicas made by start, one at a time,
+// under load, and reports what happened on w. It returns the client
+// errors and whether every replica stopped with status 0.
+func rollingRestart(w io.Writer, dir string, origins []string, start starter) (int, bool, error) {
+	began := time.Now()
+	v1, err := newVIP()
+	if err != nil {
+		return 0, false, err
+	}
+	defer v1.close()
+	v2, err := newVIP()
+	if err != nil {
+		return 0, false, err
+	}
+	defer v2.close()
+
+	var live []*replica
+	defer func() {
+		for _, r := range live {
+			r.cmd.Process.Kill()
+			<-r.exited
+		}
+	}()
+	join := func(name string) (*replica, error) {
+		r, err := start(dir, name, origins)
+		if err != nil {
+			return nil, err
+		}
+		live = append(live, r)
+		if err := r.startedAfter(10 * time.Second); err != nil {
+			return nil, err
+		}
+		v1.add(r.h1)
+		v2.add(r.h2)
+		return r, nil
+	}
+	var old []*replica
+	for _, name := range []string{"a", "b"} {
+		r, err := join(name)
+		if err != nil {
+			return 0, false, err
+		}
+		old = append(old, r)
+	}
+	l := startLoad(v1.addr(), v2.addr())
+	defer l.stop()
+	if err := await(10*time.Second, func() bool { return l.okCount() >= 300 }); err != nil {
+		return 0, false, errors.New("the load did not get going: no answers through the replicas")
+	}
+
+	clean := true
+	for _, r := range old {
+		if _, err := join(r.name + "2"); err != nil {
+			return 0, false, err
+		}
+		r.cmd.Process.Signal(r.stop)
+		unlisted := time.AfterFunc(propagation, func() {
+			v1.remove(r.h1)
+			v2.remove(r.h2)
+		})
+		took, err := r.wait(20 * time.Second)
+		unlisted.Stop()
+		v1.remove(r.h1)
+		v2.remove(r.h2)
+		live = slices.DeleteFunc(live, func(x *replica) bool { return x == r })
+		clean = clean && err == nil && r.code == 0
+		describe(w, r, took, err)
+	}
+	// The load goes on a moment on the replacements, then stops.
+	tail := time.NewTimer(propagation)
+	<-tail.C
+	l.stop()
+	errs, lines := l.report()
+	for _, s := range lines {
+		fmt.Fprintln(w, "  "+s)
+	}
+	fmt.Fprintf(w, "  client errors: %d, in %.1fs\n", errs, time.Since(began).Seconds())
+	// The replacements stop as well; nothing sends to them any more.
+	for _, r := range live {
+		r.cmd.Process.Signal(r.stop)
+	}
+	for _, r := range live {
+		r.wait(20 * time.Second)
+	}
+	live = nil
+	return errs, clean, nil
+}
+
+// describe prints how a replica's stop went.
+func describe(w io.Writer, r *replica, took time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(w, "  replica %s: %s, exited %d after %.2fs", r.name, signalName(r.stop), r.code, took.Seconds())
+	if r.reason != "" {
+		fmt.Fprintf(w, " (%s)", r.reason)
+	}
+	fmt.Fprintln(w)
+	if err != nil {
+		fmt.Fprintf(w, "    %v\n", err)
+	}
+	if len(r.phases) > 0 {
+		fmt.Fprintf(w, "    drain phases: %s\n", strings.Join(r.phases, ", "))
+	}
+	if r.report != "" {
+		fmt.Fprintf(w, "    report: %s\n", r.report)
+	}
+}
+
+// await polls cond until it holds, at most d.
+func await(d time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return errors.New("timed out")
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// signalName is a stop signal as operators write it.
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	}
+	return s.String()
+}
+
+// setFlags collects -set key=value.
+type setFlags []string
+
+func (s *setFlags) String() string { return strings.Join(*s, " ") }
+
+func (s *setFlags) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("expected key=value, got %q", v)
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+type peer struct{ name, bin string }
+
+// choosePeers turns -peers into the peers to run.
+func choosePeers(list string) ([]peer, error) {
+	var names []string
+	switch list {
+	case "none", "":
+	case "auto":
+		for _, n := range []string{"nginx", "haproxy"} {
+			if findBinary(n) != "" {
+				names = append(names, n)
+			}
+		}
+	default:
+		names = strings.Split(list, ",")
+	}
+	var out []peer
+	for _, n := range names {
+		if n != "nginx" && n != "haproxy" {
+			return nil, fmt.Errorf("-peers: expected auto, none, or names among nginx and haproxy, got %q", n)
+		}
+		bin := findBinary(n)
+		if bin == "" {
+			return nil, fmt.Errorf("-peers: %s is not installed", n)
+		}
+		out = append(out, peer{n, bin})
+	}
+	return out, nil
+}
+
+// startOrigins starts n origins on loopback; each answers any GET with
+// a greeting naming itself.
+func startOrigins(n int) ([]string, func(), error) {
+	var addrs []string
+	var srvs []*http.Server
+	stop := func() {
+		for _, s := range srvs {
+			s.Close()
+		}
+	}
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		name := fmt.Sprintf("origin-%d", i+1)
+		s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, "hello from "+name+"\n")
+		})}
+		srvs = append(srvs, s)
+		go s.Serve(ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, stop, nil
+}

@@ -368,7 +368,9 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		if p := c.Protocol(); !c.Drainable || (p != ProtoHTTP1 && p != ProtoUnknown) || !c.CloseRequested() {
 			continue
 		}
-		if st := c.State(); st != StateIdle && st != StateNew {
+		// A new connection whose protocol is known has sent its first
+		// request: it is not idle.
+		if st := c.State(); st != StateIdle && (st != StateNew || c.Protocol() != ProtoUnknown) {
 			continue
 		}
 		if !c.finSent.IsZero() {
@@ -385,6 +387,13 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		}
 		if due := idleAt.Add(time.Duration(ic)); now.Before(due) {
 			later(due)
+			continue
+		}
+		if c.pending() {
+			// A request (or the client's own close) is in the socket,
+			// not yet read: a FIN now would cross it. Once read, the
+			// response carries Connection: close.
+			later(now.Add(minScan))
 			continue
 		}
 		c.finSent = now

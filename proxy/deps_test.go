@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
 	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
 
-var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "bench/fasthttp-bare", "bench/grpc-bench"}
+var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "examples/rolling-restart", "bench/fasthttp-bare", "bench/grpc-bench"}
 
 type listedPackage struct {
 	ImportPath string

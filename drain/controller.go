@@ -365,12 +365,13 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		// A connection whose protocol is still unknown has sent nothing
 		// yet (clients open spare connections, browsers preconnect): it is
 		// idle like a new HTTP/1 one.
-		if p := c.Protocol(); !c.Drainable || (p != ProtoHTTP1 && p != ProtoUnknown) || !c.CloseRequested() {
+		p := c.Protocol()
+		if !c.Drainable || (p != ProtoHTTP1 && p != ProtoUnknown) || !c.CloseRequested() {
 			continue
 		}
 		// A new connection whose protocol is known has sent its first
 		// request: it is not idle.
-		if st := c.State(); st != StateIdle && (st != StateNew || c.Protocol() != ProtoUnknown) {
+		if st := c.State(); st != StateIdle && (st != StateNew || p != ProtoUnknown) {
 			continue
 		}
 		if !c.finSent.IsZero() {

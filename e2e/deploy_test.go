@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -81,14 +82,7 @@ func (m *manifest) newObject(tm metav1.TypeMeta) (any, func(), error) {
 }
 
 // nsName is namespace/name, with the default namespace for an empty one.
-func nsName(ns, name string) string { return cmpOr(ns, "default") + "/" + name }
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
+func nsName(ns, name string) string { return cmp.Or(ns, "default") + "/" + name }
 
 // loadManifest decodes every document of deploy/kubernetes/name strictly.
 func loadManifest(t *testing.T, name string) *manifest {
@@ -227,7 +221,7 @@ func checkEbbPod(t *testing.T, m *manifest, d *appsv1.Deployment) *ebbPod {
 			continue
 		}
 		if pr.path != "" && g.Path != pr.path || g.Path != "/ready" && g.Path != "/live" {
-			t.Errorf("%s: ebb's %s probe asks %s, want %s", m.name, pr.kind, g.Path, cmpOr(pr.path, "/live or /ready"))
+			t.Errorf("%s: ebb's %s probe asks %s, want %s", m.name, pr.kind, g.Path, cmp.Or(pr.path, "/live or /ready"))
 		}
 		if got := containerPort(p.c, g.Port); got != p.probePort {
 			t.Errorf("%s: ebb's %s probe goes to port %s (container port %q), want the probe port %s", m.name, pr.kind, g.Port.String(), got, p.probePort)
@@ -249,7 +243,7 @@ func checkEbbPod(t *testing.T, m *manifest, d *appsv1.Deployment) *ebbPod {
 	}
 	served := false
 	for _, s := range m.services {
-		if cmpOr(s.Namespace, "default") != cmpOr(d.Namespace, "default") ||
+		if cmp.Or(s.Namespace, "default") != cmp.Or(d.Namespace, "default") ||
 			!labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
 			continue
 		}
@@ -425,7 +419,7 @@ func TestKubernetesIngress(t *testing.T) {
 	covered := false
 	for _, pdb := range m.pdbs {
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || pdb.Namespace != d.Namespace || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		if err != nil || cmp.Or(pdb.Namespace, "default") != cmp.Or(d.Namespace, "default") || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
 			continue
 		}
 		covered = true

@@ -29,6 +29,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -40,6 +41,12 @@ const propagation = 500 * time.Millisecond
 // starter starts a replica of one kind of proxy in dir, in front of
 // origins.
 type starter func(dir, name string, origins []string) (*replica, error)
+
+// proxyKind is a proxy the rolling restart runs through.
+type proxyKind struct {
+	name  string
+	start starter
+}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -53,15 +60,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "ebb-rolling-restart-")
-	if err != nil {
-		fmt.Fprintln(stderr, "rolling-restart:", err)
-		return 1
-	}
 	peers, err := choosePeers(*peerList)
 	if err != nil {
 		fmt.Fprintln(stderr, "rolling-restart:", err)
 		return 2
+	}
+	dir, err := os.MkdirTemp("", "ebb-rolling-restart-")
+	if err != nil {
+		fmt.Fprintln(stderr, "rolling-restart:", err)
+		return 1
 	}
 	if *ebbBin == "" {
 		fmt.Fprintln(stdout, "building ebb ...")
@@ -78,23 +85,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stopOrigins()
 
 	bin := *ebbBin
-	kinds := []struct {
-		name  string
-		start starter
-	}{{"ebb", func(dir, name string, o []string) (*replica, error) { return startEbb(bin, dir, name, o, sets) }}}
+	kinds := []proxyKind{{"ebb", func(dir, name string, o []string) (*replica, error) { return startEbb(bin, dir, name, o, sets) }}}
 	for _, p := range peers {
-		switch p.name {
-		case "nginx":
-			kinds = append(kinds, struct {
-				name  string
-				start starter
-			}{"nginx", func(dir, name string, o []string) (*replica, error) { return startNginx(p.bin, dir, name, o) }})
-		case "haproxy":
-			kinds = append(kinds, struct {
-				name  string
-				start starter
-			}{"haproxy", func(dir, name string, o []string) (*replica, error) { return startHAProxy(p.bin, dir, name, o) }})
+		start := func(dir, name string, o []string) (*replica, error) { return startNginx(p.bin, dir, name, o) }
+		if p.name == "haproxy" {
+			start = func(dir, name string, o []string) (*replica, error) { return startHAProxy(p.bin, dir, name, o) }
 		}
+		kinds = append(kinds, proxyKind{p.name, start})
 	}
 	fmt.Fprintf(stdout, "two origins, two replicas behind a Service VIP, keep-alive HTTP/1.1 and HTTP/2 load and new HTTP/1.1 connections;\n"+
 		"each replica is replaced in turn: a new one joins, the old one gets its stop signal, its endpoint leaves the VIP %s later.\n", propagation)
@@ -319,10 +316,12 @@ func choosePeers(list string) ([]peer, error) {
 func startOrigins(n int) ([]string, func(), error) {
 	var addrs []string
 	var srvs []*http.Server
+	var serving sync.WaitGroup
 	stop := func() {
 		for _, s := range srvs {
 			s.Close()
 		}
+		serving.Wait()
 	}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -335,7 +334,7 @@ func startOrigins(n int) ([]string, func(), error) {
 			io.WriteString(w, "hello from "+name+"\n")
 		})}
 		srvs = append(srvs, s)
-		go s.Serve(ln)
+		serving.Go(func() { s.Serve(ln) })
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs, stop, nil

@@ -160,6 +160,67 @@ func TestDrainWAF(t *testing.T) {
 			t.Errorf("nginx logged errors:\n%s", strings.Join(l, "\n"))
 		}
 	})
+	// refusing: as direct, with drain.accept_until: after_delay, the
+	// setting for a WAF that lists its upstreams and is never told (the
+	// compose topology in deploy/compose). From the end of the announce
+	// phase A refuses new connections, and nginx takes each refusal as the
+	// cue to try B (a connection error, nothing sent: retried whatever the
+	// method) and to leave A alone for its fail_timeout: A exits under
+	// load. Connections nginx had already opened to A, waiting in A's
+	// accept queue with a POST on them, must be served, not reset.
+	t.Run("refusing", func(t *testing.T) {
+		t.Parallel()
+		replica := func(origin string) string {
+			return singleClusterYAML(origin) + scenarioDrain(10*time.Second, "  accept_until: after_delay")
+		}
+		a := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("A")))))
+		b := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("B")))))
+		ng := startNginx(t, wafHTTPBlock(a.addr("public"), b.addr("public")))
+		load := startWAFLoad(t, ng.addr)
+		awaitWAFWarm(t, load, ng)
+
+		trigger := time.Now()
+		a.signal(syscall.SIGTERM)
+		exitAt := awaitExit(t, a, "replica A to exit under load")
+		code := a.exit()
+		holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
+		load.stop()
+
+		res := load.results()
+		ok, nerr := res.ok, len(res.fails)
+		afterTrigger := load.servedSince("A", trigger)
+		t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
+			ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
+		if nerr != 0 {
+			t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
+				nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
+		}
+		if afterTrigger == 0 {
+			t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
+		}
+		if code != 0 {
+			t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
+		}
+		// Past the signal phase: A's idle connections are closed (FIN, then
+		// the socket finWait later), then quiet.
+		bound := scnDelay + scnSpread + scnIdleClose + time.Second + scnQuiet + time.Second
+		if d := exitAt.Sub(trigger); d > bound {
+			t.Errorf("replica A exited at T+%s, want by T+%s (delay + spread + idle_close + 1s + quiet + 1s)", d, bound)
+		}
+		if f := checkDrainEnd(t, a, "drained"); f != 0 {
+			t.Errorf("replica A forced_closes %v, want 0", f)
+		}
+		// nginx logs each refusal: that is the signal. Nothing else.
+		var other []string
+		for _, l := range ng.logErrors() {
+			if !strings.Contains(l, "(111: Connection refused) while connecting to upstream") {
+				other = append(other, l)
+			}
+		}
+		if len(other) > 0 {
+			t.Errorf("nginx logged errors other than refused connections:\n%s", strings.Join(other, "\n"))
+		}
+	})
 	for _, removal := range []time.Duration{200 * time.Millisecond, scnDelay + scnSpread + 400*time.Millisecond} {
 		t.Run("vip/removed_after_"+removal.String(), func(t *testing.T) {
 			t.Parallel()

@@ -22,14 +22,26 @@ type acceptLoop struct {
 	reg       *drain.Registry
 	dispatch  func(*drain.Conn)
 
-	stopOnce sync.Once
-	started  atomic.Bool   // run has begun
-	quit     chan struct{} // closed by stop, ends a backoff wait
-	done     chan struct{} // closed when run returns
+	// grace is how long stop keeps accepting once new connections are
+	// refused (acceptGrace; tests lengthen it).
+	grace time.Duration
+
+	stopOnce  sync.Once
+	started   atomic.Bool   // run has begun
+	shared    atomic.Bool   // the socket has been handed to another process
+	finishing atomic.Bool   // stop refuses new connections; run ends at its deadline
+	quit      chan struct{} // closed by stop, ends a backoff wait
+	done      chan struct{} // closed when run returns
 }
 
+// acceptGrace is how long a stopping loop goes on accepting the
+// connections whose handshake was under way when it began refusing new
+// ones: a round trip, with room to spare.
+const acceptGrace = 100 * time.Millisecond
+
 func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
-	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, quit: make(chan struct{}), done: make(chan struct{})}
+	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, grace: acceptGrace,
+		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // run accepts until the socket is closed. Temporary errors (such as running
@@ -47,6 +59,9 @@ func (a *acceptLoop) run() {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if a.finishing.Load() {
+					return // stop's deadline: what was queued is taken
+				}
 				continue
 			}
 			// Transient (EMFILE, ECONNABORTED...): back off and retry.
@@ -70,9 +85,32 @@ func (a *acceptLoop) run() {
 
 // stop closes the socket and, if run has begun, waits for it to return.
 // (A run that begins later returns at once; its owner waits for it.)
-func (a *acceptLoop) stop() error {
+//
+// Closing a listening socket resets every connection in its accept queue:
+// the kernel has completed their handshakes, and a client may already
+// have sent its request on one (nginx and HAProxy write it as soon as
+// the connection is up, and do not retry a POST they have sent). So when
+// the socket is this process's alone, stop first has the kernel drop new
+// connection requests (refuseNew: a socket filter on SYNs), lets run take
+// what is queued or completing for grace, and then closes the socket. A
+// client whose SYN was dropped sends it again (after 1s on Linux), is
+// refused, and tries elsewhere: a connection error before anything was
+// sent, which every client and proxy retries.
+//
+// A socket handed to a successor (share) is closed at once: the
+// successor holds it and accepts what is queued.
+func (a *acceptLoop) stop() error { return a.end(true) }
+
+// close closes the socket at once, as stop does for a shared one: for
+// when every connection is about to be closed anyway.
+func (a *acceptLoop) close() error { return a.end(false) }
+
+func (a *acceptLoop) end(graceful bool) error {
 	var err error
 	a.stopOnce.Do(func() {
+		if graceful && a.started.Load() && !a.shared.Load() && a.finish() {
+			<-a.done
+		}
 		close(a.quit)
 		err = a.ln.Close()
 	})
@@ -81,6 +119,24 @@ func (a *acceptLoop) stop() error {
 	}
 	return err
 }
+
+// finish refuses new connections and has run return grace from now,
+// reporting whether both could be arranged.
+func (a *acceptLoop) finish() bool {
+	dl, ok := a.ln.(interface{ SetDeadline(time.Time) error })
+	if !ok || refuseNew(a.ln) != nil {
+		return false
+	}
+	a.finishing.Store(true)
+	if dl.SetDeadline(time.Now().Add(a.grace)) != nil {
+		// The socket accepts nothing new: close it now.
+		return false
+	}
+	return true
+}
+
+// share records that another process holds the socket too.
+func (a *acceptLoop) share() { a.shared.Store(true) }
 
 // stopped reports whether stop has been called.
 func (a *acceptLoop) stopped() bool {

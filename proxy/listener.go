@@ -144,10 +144,12 @@ func (l *listener) stopAccepting() {
 	}
 }
 
-// close stops accepting and the HTTP/1 engine. The caller closes the
-// connections and then calls wait.
+// close stops accepting at once and stops the HTTP/1 engine. The caller
+// closes the connections and then calls wait.
 func (l *listener) close() {
-	l.stopAccepting()
+	if l.loop != nil {
+		l.loop.close()
+	}
 	if l.chl != nil {
 		l.chl.Close()
 	}

@@ -99,16 +99,16 @@ func (p *Proxy) Start() error {
 }
 
 // ListenFunc opens a listener's socket for a configured address: for
-// example net.Listen("tcp", address), or a socket handed over by the
+// example drain.Listen(address), or a socket handed over by the
 // process ebb takes over from (see drain/takeover).
 type ListenFunc func(address string) (net.Listener, error)
 
-// Bind opens every listener's socket with listen (nil: net.Listen) and
+// Bind opens every listener's socket with listen (nil: drain.Listen) and
 // loads its certificates, without accepting yet. If one fails, those
 // already open are closed and the error names the listener.
 func (p *Proxy) Bind(listen ListenFunc) error {
 	if listen == nil {
-		listen = func(address string) (net.Listener, error) { return net.Listen("tcp", address) }
+		listen = drain.Listen
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -157,11 +157,14 @@ type Socket struct {
 }
 
 // Sockets returns the listening socket of every bound listener that still
-// accepts, for handing over to a successor process.
+// accepts, for handing over to a successor process. From then on they
+// count as shared: stopping closes them at once, since the successor takes
+// what waits in their queues.
 func (p *Proxy) Sockets() []Socket {
 	var out []Socket
 	for _, l := range p.listeners {
 		if l.loop != nil && !l.loop.stopped() {
+			l.loop.share()
 			out = append(out, Socket{Name: l.cfg.Name, Address: l.cfg.Address, Listener: l.loop.ln})
 		}
 	}
@@ -201,15 +204,18 @@ func (p *Proxy) Addr(name string) net.Addr {
 	return nil
 }
 
-// StopAccepting closes the sockets of the inbound listeners; open
-// connections are served on, and outbound listeners keep accepting until
-// Close.
+// StopAccepting closes the sockets of the inbound listeners, without
+// resetting the connections waiting in their accept queues (acceptLoop.stop),
+// and returns once they are closed; open connections are served on, and
+// outbound listeners keep accepting until Close.
 func (p *Proxy) StopAccepting() {
+	var wg sync.WaitGroup
 	for _, l := range p.listeners {
 		if l.cfg.Role != config.RoleOutbound {
-			l.stopAccepting()
+			wg.Go(l.stopAccepting)
 		}
 	}
+	wg.Wait()
 }
 
 // terminateWait bounds how long Close waits for HTTP/2 connections to

@@ -38,6 +38,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/ebb-proxy/ebb/drain"
 )
 
 // Kind says what a listening socket is for.
@@ -116,7 +118,7 @@ func (s *Set) Listen(address string) (net.Listener, error) {
 	if ln := s.take(func(k Socket) bool { return k.Listener.Addr().Network() == "tcp" && sameTCP(k, address) }); ln != nil {
 		return ln, nil
 	}
-	return net.Listen("tcp", address)
+	return drain.Listen(address)
 }
 
 // ListenUnix returns the Unix listening socket at path: the set's, if it

@@ -5,13 +5,14 @@
 //	ebb check -config ebb.yaml
 //	ebb drain [-admin 127.0.0.1:9901 | -config ebb.yaml] [-now] [-wait [-progress auto]] [-timeout 60s]
 //	ebb reload [-admin 127.0.0.1:9901 | -config ebb.yaml] [-timeout 30s]
+//	ebb health [-admin 127.0.0.1:9901 | -config ebb.yaml] [-path /ready] | -url URL
 //	ebb version
 //
 // Exit statuses: 0 stopped cleanly (drained, or the watched application
 // gone with no request in flight); 1 configuration or start-up error, or
 // for ebb drain: the running ebb could not be reached, refused, or outlived
-// -timeout, and for ebb reload: not reached, or the new configuration
-// rejected; 2 bad usage; 3 the drain deadline passed or a forced stop
+// -timeout, for ebb reload: not reached, or the new configuration
+// rejected, and for ebb health: not reached or not 200; 2 bad usage; 3 the drain deadline passed or a forced stop
 // (second signal, /shutdown?now) closed connections (drain.timeout is too
 // short for the traffic).
 package main
@@ -30,7 +31,7 @@ import (
 const (
 	exitOK     = 0
 	exitConfig = 1
-	exitFailed = 1 // ebb drain: ebb not reached, refused, or still running
+	exitFailed = 1 // ebb drain: ebb not reached, refused, or still running; ebb health: not healthy
 	exitUsage  = 2
 	exitForced = 3
 )
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDrain(args, stdout, stderr)
 	case "reload":
 		return cmdReload(args, stdout, stderr)
+	case "health":
+		return cmdHealth(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ebb", buildVersion())
 		return exitOK
@@ -91,6 +94,13 @@ func usage(w io.Writer) {
         dropping a request; a file that fails to load or validate changes
         nothing. Exit 0 applied; 1 rejected (every problem printed) or ebb
         not reached
+  ebb health [-admin 127.0.0.1:9901 | -config ebb.yaml] [-path /ready] [-timeout 2s]
+  ebb health -url http://127.0.0.1:9000/healthz
+        a container healthcheck that needs no shell or curl: GET /ready
+        (or -path /live) on the running ebb (-config: admin.probe_address,
+        else admin.address; an address on every interface is asked on
+        loopback), or GET -url. Exit 0 on 200; 1 otherwise, with the
+        status and why (/ready: the drain's phase)
   ebb version
         print the version
 

@@ -37,6 +37,12 @@ func main() {
 		if ct := r.Header.Get("Content-Type"); ct != "" {
 			w.Header().Set("Content-Type", ct)
 		}
+		// Without full duplex, net/http ends an HTTP/1 request body once
+		// the response has begun: a body past the first write would be cut.
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			http.Error(w, "origin: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		io.Copy(w, r.Body)
 	})
 	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/internal/loadgen"
 )
 
 // propagation is how long after a replica's stop signal its endpoint
@@ -175,9 +177,16 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 		}
 		old = append(old, r)
 	}
-	l := startLoad(v1.addr(), v2.addr())
-	defer l.stop()
-	if err := await(10*time.Second, func() bool { return l.okCount() >= 300 }); err != nil {
+	// The load: keep-alive HTTP/1.1 and HTTP/2 clients, as services
+	// calling services do, and new HTTP/1.1 clients, each with one request
+	// on a new connection, as browsers and short-lived jobs arrive.
+	l := loadgen.Start([]loadgen.Kind{
+		{Name: "HTTP/1.1 keep-alive", Workers: 4, URL: "http://" + v1.addr(), KeepAlive: true},
+		{Name: "HTTP/2 keep-alive", Workers: 4, URL: "http://" + v2.addr(), H2C: true, KeepAlive: true},
+		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.addr()},
+	})
+	defer l.Stop()
+	if err := await(10*time.Second, func() bool { ok, _ := l.Counts(); return ok >= 300 }); err != nil {
 		return 0, false, errors.New("the load did not get going: no answers through the replicas")
 	}
 
@@ -202,8 +211,8 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 	// The load goes on a moment on the replacements, then stops.
 	tail := time.NewTimer(propagation)
 	<-tail.C
-	l.stop()
-	errs, lines := l.report()
+	l.Stop()
+	errs, lines := l.Report()
 	for _, s := range lines {
 		fmt.Fprintln(w, "  "+s)
 	}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what ebb's tests and benchmarks need on a fresh Debian machine
 # with Go: curl, nginx, HAProxy, wrk, h2load (nghttp2-client), headless
-# Chromium (for the drain report's page) with a font, and h2spec with go
-# install. Safe to run again: it installs only what is
+# Chromium (for the drain report's page) with a font, a Docker engine with
+# docker-compose and debootstrap (the compose topology, built and run for
+# real: e2e/compose_docker_test.go starts dockerd if none runs), and
+# h2spec with go install. Safe to run again: it installs only what is
 # missing. Needs root (or sudo) for the Debian packages.
 set -euo pipefail
 
@@ -15,6 +17,9 @@ command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v taskset >/dev/null 2>&1 || need+=(util-linux)
 command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || need+=(chromium-headless-shell)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 
 if [ ${#need[@]} -gt 0 ]; then
 	sudo=""

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 
 	"github.com/valyala/fasthttp"
 
@@ -33,6 +35,9 @@ type call struct {
 	// (lingering) when linger is set: the client's body was not read to
 	// its end.
 	closeAfter, linger bool
+	// http10: the client spoke HTTP/1.0 (the request goes upstream as
+	// HTTP/1.1).
+	http10 bool
 }
 
 // Handle serves one HTTP/1 request (the engine's fasthttp server calls it). It runs on a fasthttp worker
@@ -44,6 +49,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	c := s.calls.Get().(*call)
 	c.ctx, c.conn = ctx, drain.ConnOf(ctx.Conn())
 	req := &ctx.Request
+	c.http10 = !req.Header.IsHTTP11()
 	var host, path []byte
 	if !req.Header.IsConnect() {
 		uri := req.URI()
@@ -221,6 +227,35 @@ func (c *call) Finish(int) {
 			c.conn.LingerOnClose()
 		}
 	}
+	if c.http10 && !c.upgrade && resp.IsBodyStream() && resp.Header.ContentLength() < 0 {
+		c.untilClose()
+	}
+}
+
+// untilClose sends a response of unknown length (chunked or ended by the
+// upstream's close) to an HTTP/1.0 client as HTTP/1.0 delimits one: the
+// body as it comes, ended by closing the connection. The chunked coding
+// fasthttp would use is not to be sent to an HTTP/1.0 recipient (RFC 9112
+// §7), which cannot find the end of the body (and with keep-alive would
+// wait for it). The connection is hijacked to write the body unframed;
+// the response stays the request context's until the hijack handler
+// returns (fasthttp releases the context after it), and fasthttp flushes
+// what it buffered for earlier requests first. The registry counts the
+// connection with the upgraded ones from then on: like them it carries
+// bytes until it closes, and cannot be told to close in-band.
+func (c *call) untilClose() {
+	ctx := c.ctx
+	resp := &ctx.Response
+	resp.Header.Del(fasthttp.HeaderTransferEncoding)
+	resp.Header.SetContentLength(-2) // neither Content-Length nor chunked; Connection: close
+	head := append([]byte(nil), resp.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(down net.Conn) {
+		if _, err := down.Write(head); err != nil {
+			return
+		}
+		io.Copy(down, resp.BodyStream())
+	})
 }
 
 // AccessFields returns what the access log shows of the request.

@@ -94,6 +94,28 @@ func awaitWAFWarm(t *testing.T, l *load, ng *nginxProc) {
 	}
 }
 
+// checkWAFExit checks what a replica A drained under the WAF's load must
+// show, once the load has stopped: no POST failed, A answered some after
+// its trigger (else the scenario tested nothing), and A exited 0.
+func checkWAFExit(t *testing.T, l *load, ng *nginxProc, a *ebbProc, trigger, exitAt time.Time, code int) {
+	t.Helper()
+	res := l.results()
+	ok, nerr := res.ok, len(res.fails)
+	afterTrigger := l.servedSince("A", trigger)
+	t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
+		ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
+	if nerr != 0 {
+		t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
+			nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
+	}
+	if afterTrigger == 0 {
+		t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
+	}
+	if code != 0 {
+		t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
+	}
+}
+
 // wafReplicaYAML is one ebb replica of the WAF scenario.
 func wafReplicaYAML(origin string) string {
 	return singleClusterYAML(origin) + scenarioDrain(10*time.Second)
@@ -186,21 +208,7 @@ func TestDrainWAF(t *testing.T) {
 		holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
 		load.stop()
 
-		res := load.results()
-		ok, nerr := res.ok, len(res.fails)
-		afterTrigger := load.servedSince("A", trigger)
-		t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
-			ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
-		if nerr != 0 {
-			t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-				nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
-		}
-		if afterTrigger == 0 {
-			t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
-		}
-		if code != 0 {
-			t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
-		}
+		checkWAFExit(t, load, ng, a, trigger, exitAt, code)
 		// Past the signal phase: A's idle connections are closed (FIN, then
 		// the socket finWait later), then quiet.
 		bound := scnDelay + scnSpread + scnIdleClose + time.Second + scnQuiet + time.Second
@@ -251,21 +259,7 @@ func TestDrainWAF(t *testing.T) {
 			holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
 			load.stop()
 
-			res := load.results()
-			ok, nerr := res.ok, len(res.fails)
-			afterTrigger := load.servedSince("A", trigger)
-			t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
-				ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
-			if nerr != 0 {
-				t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-					nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
-			}
-			if afterTrigger == 0 {
-				t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
-			}
-			if code != 0 {
-				t.Errorf("replica A exit status %d, want 0; its log:\n%s", code, a.logs())
-			}
+			checkWAFExit(t, load, ng, a, trigger, exitAt, code)
 			bound := max(removal, scnDelay+scnSpread) + scnIdleClose + scnQuiet + time.Second
 			if d := exitAt.Sub(trigger); d > bound {
 				t.Errorf("replica A exited at T+%s, want by T+%s (max(removal, delay+spread) + idle_close + quiet + 1s)", d, bound)

@@ -26,10 +26,7 @@ const pollInterval = 200 * time.Millisecond
 func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ebb drain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", config.DefaultAdminAddress, "admin address of the running ebb, host:port")
-	var cf configFlags
-	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
-	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	addr, cf := adminFlags(fs, "admin address of the running ebb, host:port", "read the admin address (admin.address) from this configuration file instead")
 	tokenFile := fs.String("token-file", "", "file holding the admin token (default with -config: admin.token_file)")
 	now := fs.Bool("now", false, "skip the drain: close every connection at once (POST /shutdown?now)")
 	wait := fs.Bool("wait", false, "once accepted, show the drain as it goes and wait until ebb has exited")
@@ -49,7 +46,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if set["config"] {
-		cfg, err := loadConfig(cf)
+		cfg, err := loadConfig(*cf)
 		if err != nil {
 			printConfigError(stderr, err)
 			return exitConfig
@@ -101,6 +98,17 @@ func cmdDrain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ebb at %s: exited\n", *addr)
 	return exitOK
+}
+
+// adminFlags registers -admin, -config and -set, the flags that name the
+// running ebb a command talks to: its address, or the configuration file
+// to read it from (configHelp says which key).
+func adminFlags(fs *flag.FlagSet, addrHelp, configHelp string) (*string, *configFlags) {
+	addr := fs.String("admin", config.DefaultAdminAddress, addrHelp)
+	cf := &configFlags{}
+	fs.StringVar(&cf.path, "config", "", configHelp)
+	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	return addr, cf
 }
 
 // checkAdminFlags checks the flags shared by the commands that talk to a

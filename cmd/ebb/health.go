@@ -12,8 +12,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/ebb-proxy/ebb/config"
 )
 
 // cmdHealth asks a running ebb whether it is ready (GET /ready on its
@@ -22,10 +20,7 @@ import (
 func cmdHealth(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ebb health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", config.DefaultAdminAddress, "admin or probe address of the running ebb, host:port")
-	var cf configFlags
-	fs.StringVar(&cf.path, "config", "", "read the address from this configuration file instead (admin.probe_address, else admin.address)")
-	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	addr, cf := adminFlags(fs, "admin or probe address of the running ebb, host:port", "read the address from this configuration file instead (admin.probe_address, else admin.address)")
 	path := fs.String("path", "/ready", "path to ask: /ready (takes traffic) or /live (runs)")
 	rawURL := fs.String("url", "", "ask this http:// URL instead (any application's health endpoint)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
@@ -52,7 +47,7 @@ func cmdHealth(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		if set["config"] {
-			cfg, err := loadConfig(cf)
+			cfg, err := loadConfig(*cf)
 			if err != nil {
 				printConfigError(stderr, err)
 				return exitConfig

@@ -147,10 +147,7 @@ func problems(err error) []string {
 func cmdReload(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ebb reload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", config.DefaultAdminAddress, "admin address of the running ebb, host:port")
-	var cf configFlags
-	fs.StringVar(&cf.path, "config", "", "read the admin address (admin.address) from this configuration file instead")
-	fs.Var(&cf.sets, "set", "with -config: override one key, as key=value (repeatable)")
+	addr, cf := adminFlags(fs, "admin address of the running ebb, host:port", "read the admin address (admin.address) from this configuration file instead")
 	tokenFile := fs.String("token-file", "", "file holding the admin token (default with -config: admin.token_file)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if code := parseFlags(fs, args); code >= 0 {
@@ -161,7 +158,7 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if set["config"] {
-		cfg, err := loadConfig(cf)
+		cfg, err := loadConfig(*cf)
 		if err != nil {
 			// The file the running ebb would reload is broken: say so
 			// here, without asking it.

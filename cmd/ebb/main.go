@@ -12,9 +12,10 @@
 // gone with no request in flight); 1 configuration or start-up error, or
 // for ebb drain: the running ebb could not be reached, refused, or outlived
 // -timeout, for ebb reload: not reached, or the new configuration
-// rejected, and for ebb health: not reached or not 200; 2 bad usage; 3 the drain deadline passed or a forced stop
-// (second signal, /shutdown?now) closed connections (drain.timeout is too
-// short for the traffic).
+// rejected, and for ebb health: not reached or not 200; 2 bad usage; 3
+// the drain deadline passed or a forced stop (second signal,
+// /shutdown?now) closed connections (drain.timeout is too short for the
+// traffic).
 package main
 
 import (

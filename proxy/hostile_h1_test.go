@@ -136,6 +136,10 @@ func TestHTTP1Framing(t *testing.T) {
 		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "", true},
 		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, "", false},
 		{"header section over max_header_bytes", many, 431, "", true},
+		// A request line longer than the whole buffer: the URI is what is
+		// too long (RFC 9110 §15.5.15), not the header section.
+		{"request line over max_header_bytes", "GET /" + strings.Repeat("a", 40<<10) + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "", true},
+		{"long URI, headers over max_header_bytes", "GET /" + strings.Repeat("a", 1000) + " HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("X-Padding: 0123456789abcdef\r\n", 2000) + "\r\n", 431, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(origin.received())
@@ -164,5 +168,33 @@ func TestHTTP1Framing(t *testing.T) {
 				t.Errorf("the origin received %q, want exactly %q", got, tc.origin)
 			}
 		})
+	}
+}
+
+// TestLongURIOnKeepAlive: a request line too long for the buffer gets 414
+// on a connection that has served requests before, too (the engine marks
+// where each head begins).
+func TestLongURIOnKeepAlive(t *testing.T) {
+	origin := newRawOrigin(t)
+	e := startEbb(t, singleClusterYAML(origin.addr))
+	c := rawConn(t, e.addr("public"))
+	br := bufio.NewReader(c)
+	for i, want := range []int{200, 200, 414} {
+		req := "GET /ok HTTP/1.1\r\nHost: a\r\n\r\n"
+		if want == 414 {
+			req = "GET /" + strings.Repeat("a", 40<<10) + " HTTP/1.1\r\nHost: a\r\n\r\n"
+		}
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
 	}
 }

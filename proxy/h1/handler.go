@@ -71,6 +71,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		ctx.Response.SetConnectionClose()
 		s.l.Registry.Stats.CloseSignals[drain.ProtoHTTP1].Add(1)
 	}
+	if c.conn != nil {
+		c.conn.ExpectHead() // what the engine reads next is the next request
+	}
 	*c = call{s: s}
 	s.calls.Put(c)
 }

@@ -104,6 +104,11 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Conn().Close()
 		return
 	case errors.As(err, &small):
+		if c := drain.ConnOf(ctx.Conn()); c != nil && !c.LineEnded() {
+			// The request line alone filled the buffer.
+			localReply(ctx, fasthttp.StatusRequestURITooLong, "ebb: request URI too long\n")
+			break
+		}
 		localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "ebb: request headers too large\n")
 	case errors.As(err, &ne) && ne.Timeout():
 		localReply(ctx, fasthttp.StatusRequestTimeout, "ebb: request timeout\n")

@@ -98,7 +98,10 @@ func (a *acceptLoop) run() {
 // sent, which every client and proxy retries.
 //
 // A socket handed to a successor (share) is closed at once: the
-// successor holds it and accepts what is queued.
+// successor holds it and accepts what is queued. So is one this process
+// did not open (inherited from systemd or from the ebb it took over
+// from; not a drain.OwnListener): another process may hold it still, and
+// a filter on it would outlive this one.
 func (a *acceptLoop) stop() error { return a.end(true) }
 
 // close closes the socket at once, as stop does for a shared one: for
@@ -123,12 +126,12 @@ func (a *acceptLoop) end(graceful bool) error {
 // finish refuses new connections and has run return grace from now,
 // reporting whether both could be arranged.
 func (a *acceptLoop) finish() bool {
-	dl, ok := a.ln.(interface{ SetDeadline(time.Time) error })
-	if !ok || refuseNew(a.ln) != nil {
+	own, ok := a.ln.(drain.OwnListener)
+	if !ok || refuseNew(own) != nil {
 		return false
 	}
 	a.finishing.Store(true)
-	if dl.SetDeadline(time.Now().Add(a.grace)) != nil {
+	if own.SetDeadline(time.Now().Add(a.grace)) != nil {
 		// The socket accepts nothing new: close it now.
 		return false
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -13,14 +14,15 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 )
 
-// queuedClients starts an accept loop on a fresh socket whose dispatch
+// queuedClients starts an accept loop on a fresh socket (opened with
+// listen) whose dispatch
 // holds the first connection until release is closed, so that the n
 // connections dialled next wait in the kernel's accept queue, each with
 // a request ("ping\n") already sent. Every connection the loop dispatches
 // answers "pong\n" and is closed.
-func queuedClients(t *testing.T, n int) (loop *acceptLoop, clients []net.Conn, release func()) {
+func queuedClients(t *testing.T, n int, listen func(string) (net.Listener, error)) (loop *acceptLoop, clients []net.Conn, release func()) {
 	t.Helper()
-	ln, err := drain.Listen("127.0.0.1:0")
+	ln, err := listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func answer(c net.Conn) error {
 // nothing sent.
 func TestStopServesAcceptQueue(t *testing.T) {
 	t.Parallel()
-	loop, clients, release := queuedClients(t, 20)
+	loop, clients, release := queuedClients(t, 20, drain.Listen)
 	loop.grace = time.Minute // ended below, once the queue is served
 	stopped := make(chan struct{})
 	go func() {
@@ -128,7 +130,7 @@ func TestStopServesAcceptQueue(t *testing.T) {
 		}
 	}
 	// End the grace now rather than in a minute.
-	loop.ln.(*net.TCPListener).SetDeadline(time.Now())
+	loop.ln.(drain.OwnListener).SetDeadline(time.Now())
 	<-stopped
 	_, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
@@ -137,36 +139,57 @@ func TestStopServesAcceptQueue(t *testing.T) {
 }
 
 // TestStopSharedClosesAtOnce: a socket handed to a successor is closed at
-// once (the successor takes its queue). Here no successor holds it, so
+// once (the successor takes its queue), and so is one this process did
+// not open (systemd's, a predecessor's: they may hold it still, and a
+// filter would outlive this process). Here no other process holds it, so
 // the queued clients are reset: what stop avoids for a socket of its own.
 func TestStopSharedClosesAtOnce(t *testing.T) {
 	t.Parallel()
-	loop, clients, release := queuedClients(t, 5)
-	loop.share()
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		loop.stop()
-	}()
-	// Once the socket is closed, a dial is refused.
-	addr := loop.ln.Addr().String()
-	for {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			// Refused, or reset by the close as it was completing.
-			if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
-				t.Fatalf("dialling a closed listener: %v, want connection refused", err)
+	for _, tc := range []struct {
+		name   string
+		listen func(string) (net.Listener, error)
+		share  bool
+	}{
+		{"handed over", drain.Listen, true},
+		// Plain TCP, as drain.Listen's, but not opened by it.
+		{"inherited", func(a string) (net.Listener, error) {
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(false)
+			return lc.Listen(context.Background(), "tcp", a)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			loop, clients, release := queuedClients(t, 5, tc.listen)
+			if tc.share {
+				loop.share()
 			}
-			break
-		}
-		io.WriteString(c, "ping\n")
-		clients = append(clients, c)
-	}
-	release()
-	<-stopped
-	for i, c := range clients[1:] {
-		if err := answer(c); err == nil {
-			t.Errorf("queued client %d was served after a plain close, want reset", i)
-		}
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				loop.stop()
+			}()
+			// Once the socket is closed, a dial is refused.
+			addr := loop.ln.Addr().String()
+			for {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					// Refused, or reset by the close as it was completing.
+					if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
+						t.Fatalf("dialling a closed listener: %v, want connection refused", err)
+					}
+					break
+				}
+				io.WriteString(c, "ping\n")
+				clients = append(clients, c)
+			}
+			release()
+			<-stopped
+			for i, c := range clients[1:] {
+				if err := answer(c); err == nil {
+					t.Errorf("queued client %d was served after a plain close, want reset", i)
+				}
+			}
+		})
 	}
 }

@@ -80,16 +80,20 @@ func checkGoroutines(t *testing.T) {
 	})
 }
 
-type drainResult struct {
+// cmdResult is what one ebb command did: its exit status and output.
+type cmdResult struct {
 	code     int
 	out, err string
 }
 
-func runDrain(args ...string) drainResult {
+// runCmd runs the ebb command cmd with args, as main does.
+func runCmd(cmd string, args ...string) cmdResult {
 	var out, errOut strings.Builder
-	code := run(append([]string{"drain"}, args...), &out, &errOut)
-	return drainResult{code, out.String(), errOut.String()}
+	code := run(append([]string{cmd}, args...), &out, &errOut)
+	return cmdResult{code, out.String(), errOut.String()}
 }
+
+func runDrain(args ...string) cmdResult { return runCmd("drain", args...) }
 
 func TestDrainAccepted(t *testing.T) {
 	checkGoroutines(t)
@@ -168,7 +172,7 @@ func TestDrainConfig(t *testing.T) {
 func TestDrainWait(t *testing.T) {
 	checkGoroutines(t)
 	f := startFakeEbb(t, true)
-	done := make(chan drainResult, 1)
+	done := make(chan cmdResult, 1)
 	go func() { done <- runDrain("-admin", f.addr, "-wait") }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"strings"
@@ -21,16 +20,7 @@ func (r *switchReady) Ready() (bool, string) {
 	return true, "ready"
 }
 
-type result struct {
-	code     int
-	out, err string
-}
-
-func runHealth(args ...string) result {
-	var out, errOut bytes.Buffer
-	code := run(append([]string{"health"}, args...), &out, &errOut)
-	return result{code, out.String(), errOut.String()}
-}
+func runHealth(args ...string) cmdResult { return runCmd("health", args...) }
 
 // TestHealth: ebb health answers 0 while /ready is 200 and 1 with the
 // reason once it is not, asks the probe address before the admin one,

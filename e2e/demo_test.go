@@ -80,7 +80,11 @@ func TestRollingRestartDemo(t *testing.T) {
 			t.Errorf("report %s: %v", m[1], err)
 		}
 	}
-	for _, want := range []string{"== nginx ==\n  replica a: SIGQUIT, exited 0", "== haproxy ==\n  replica a: SIGUSR1, exited 0",
+	// The peers ran the same restart. How they stopped is theirs: the
+	// HAProxy here (2.6) has been seen killed by a signal in its
+	// soft-stop once under CI's load, which the demo reports with the
+	// end of its log.
+	for _, want := range []string{"== nginx ==\n  replica a: SIGQUIT, ", "== haproxy ==\n  replica a: SIGUSR1, ",
 		"client errors during the same rolling restart:\n  ebb          0\n  nginx    ", "\n  haproxy  "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output lacks %q", want)

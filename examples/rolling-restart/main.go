@@ -232,7 +232,7 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 func describe(w io.Writer, r *replica, took time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(w, "  replica %s: %s, exited %d after %.2fs", r.name, signalName(r.stop), r.code, took.Seconds())
+	fmt.Fprintf(w, "  replica %s: %s, %s after %.2fs", r.name, signalName(r.stop), r.exit, took.Seconds())
 	if r.reason != "" {
 		fmt.Fprintf(w, " (%s)", r.reason)
 	}
@@ -240,12 +240,28 @@ func describe(w io.Writer, r *replica, took time.Duration, err error) {
 	if err != nil {
 		fmt.Fprintf(w, "    %v\n", err)
 	}
+	if r.code != 0 {
+		fmt.Fprintf(w, "    the end of its log (%s):\n", r.log)
+		for _, l := range lastLines(r.log, 5) {
+			fmt.Fprintf(w, "      %s\n", l)
+		}
+	}
 	if len(r.phases) > 0 {
 		fmt.Fprintf(w, "    drain phases: %s\n", strings.Join(r.phases, ", "))
 	}
 	if r.report != "" {
 		fmt.Fprintf(w, "    report: %s\n", r.report)
 	}
+}
+
+// lastLines returns the last n lines of the file at path.
+func lastLines(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return lines[max(0, len(lines)-n):]
 }
 
 // await polls cond until it holds, at most d.

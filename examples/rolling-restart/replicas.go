@@ -23,7 +23,9 @@ type replica struct {
 	cmd    *exec.Cmd
 	stop   os.Signal // its graceful stop: what a kubelet's SIGTERM means to it
 	exited chan struct{}
-	code   int // exit status, once exited
+	code   int    // exit status, once exited; -1 when a signal killed it
+	exit   string // how it ended, as "exited 0" or "killed by segmentation fault"
+	log    string // its log file
 
 	mu     sync.Mutex
 	phases []string // ebb's drain phases, as "announce 0s"
@@ -40,7 +42,7 @@ func (r *replica) startedAfter(d time.Duration) error {
 	case <-r.ready:
 		return nil
 	case <-r.exited:
-		return fmt.Errorf("%s exited (status %d) before it was ready", r.name, r.code)
+		return fmt.Errorf("%s %s before it was ready; its log: %s", r.name, r.exit, r.log)
 	case <-t.C:
 		return fmt.Errorf("%s was not ready after %s", r.name, d)
 	}
@@ -75,6 +77,7 @@ func (r *replica) run(logPath string, onLine func(string)) error {
 	}
 	r.cmd.Stderr, r.cmd.Stdout = pw, logf
 	r.exited = make(chan struct{})
+	r.log = logPath
 	if err := r.cmd.Start(); err != nil {
 		pw.Close()
 		pr.Close()
@@ -99,9 +102,16 @@ func (r *replica) run(logPath string, onLine func(string)) error {
 		err := r.cmd.Wait()
 		<-read
 		logf.Close()
+		r.exit = "exited 0"
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			r.code = ee.ExitCode()
+			r.exit = fmt.Sprintf("exited %d", r.code)
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				r.exit = "killed by " + ws.Signal().String()
+			}
+		} else if err != nil {
+			r.code, r.exit = -1, err.Error()
 		}
 		close(r.exited)
 	}()

@@ -6,6 +6,7 @@ import "time"
 const (
 	DefaultAdminAddress        = "127.0.0.1:9901"
 	DefaultMaxHeaderBytes      = 32 << 10
+	DefaultMinBodyRate         = 1 << 10
 	DefaultMaxStreams          = 250
 	DefaultStreamWindow        = 256 << 10
 	DefaultConnectionWindow    = 1 << 20
@@ -48,6 +49,7 @@ func Default() *Config {
 func (l *Listener) setDefaults() {
 	l.Role = RoleInbound
 	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	l.Limits.MinBodyRate = DefaultMinBodyRate
 	l.HTTP2 = ListenerHTTP2{MaxConcurrentStreams: DefaultMaxStreams, StreamWindow: DefaultStreamWindow, ConnectionWindow: DefaultConnectionWindow}
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 	l.Headers.TrustedProxies = []string{}

@@ -132,6 +132,11 @@ type Limits struct {
 	// MaxBodyBytes bounds a request body; more is a 413. 0 means unlimited
 	// (bodies are streamed, never held whole in memory).
 	MaxBodyBytes Size `key:"max_body_bytes"`
+	// MinBodyRate is the rate, in bytes per second, a request body must
+	// keep up while ebb waits for it before the upstream answers; a
+	// body that falls behind by more than timeouts.header is cut with
+	// 408 (0: only a silence of timeouts.header is). Both engines.
+	MinBodyRate Size `key:"min_body_rate"`
 }
 
 // ListenerHTTP2 holds what a listener's HTTP/2 connections are granted.

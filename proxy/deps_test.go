@@ -24,15 +24,16 @@ const module = "github.com/ebb-proxy/ebb/"
 // of a lower rank, so that imports run one way, and the two engines
 // (same rank) never import each other.
 var layers = map[string]int{
-	"proxy/headers":  0,
-	"proxy/upstream": 0,
-	"proxy/metrics":  1,
-	"proxy/cluster":  2,
-	"proxy/route":    3,
-	"proxy/forward":  4,
-	"proxy/h1":       5,
-	"proxy/h2":       5,
-	"proxy":          6,
+	"proxy/pace":     0,
+	"proxy/headers":  1,
+	"proxy/upstream": 1,
+	"proxy/metrics":  2,
+	"proxy/cluster":  3,
+	"proxy/route":    4,
+	"proxy/forward":  5,
+	"proxy/h1":       6,
+	"proxy/h2":       6,
+	"proxy":          7,
 }
 
 // allowed lists, for each library an engine stands on, the packages whose

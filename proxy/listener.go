@@ -74,6 +74,7 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 		Handler:        h2.Forwarder(l.fwd),
 		IdleTimeout:    cfg.Timeouts.Idle,
 		HeaderTimeout:  cfg.Timeouts.Header,
+		MinBodyRate:    int64(cfg.Limits.MinBodyRate),
 		WriteTimeout:   cfg.Timeouts.Write,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		// Validated to fit: at most 10000 streams, windows below 2^31.

@@ -1,14 +1,9 @@
 package proxy
 
 import (
-	"context"
-	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"testing"
-
-	"golang.org/x/net/http2"
 )
 
 // TestH2UploadStall sends HTTP/2 uploads that stop halfway and never
@@ -30,10 +25,7 @@ func TestH2UploadStall(t *testing.T) {
 	}))
 	e := startEbb(t, oneClusterYAML(hostPort(origin), []string{"timeouts: { header: 200ms }"},
 		[]string{"max_conns_per_endpoint: 2", "retries: { buffer_body: 0 }"}))
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	defer tr.CloseIdleConnections()
+	tr := h2cTransport(t)
 	status := make(chan int, conns)
 	for range conns {
 		pr, pw := io.Pipe()

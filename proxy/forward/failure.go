@@ -15,7 +15,7 @@ const (
 	MsgNoEndpoint   = "ebb: no upstream endpoint available\n"
 	MsgBodyTooLarge = "ebb: request body too large\n"
 	MsgBadBody      = "ebb: could not read the request body\n"
-	MsgBodyTimeout  = "ebb: the request body stalled\n"
+	MsgBodyTimeout  = "ebb: the request body stalled or was too slow\n"
 	MsgConnect      = "ebb: CONNECT is not supported\n"
 )
 

@@ -13,6 +13,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
+	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
@@ -141,11 +142,11 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			return fasthttp.StatusRequestEntityTooLarge, forward.MsgBodyTooLarge
 		}
 		if rs := req.BodyStream(); rs != nil && cl != 0 {
-			var timeout = cfg.Timeouts.Header
-			if cl >= 0 && cl <= prefetchedBody {
-				timeout = 0 // read already: no deadline to keep
+			var pc pace.Budget // none: read already, no deadline to keep
+			if cl < 0 || cl > prefetchedBody {
+				pc = pace.New(int64(cfg.Limits.MinBodyRate), cfg.Timeouts.Header)
 			}
-			c.body = upstream.AcquireBody(rs, c.conn, limit, int64(cl), timeout)
+			c.body = upstream.AcquireBody(rs, c.conn, limit, int64(cl), pc)
 			req.SetBodyStream(c.body, cl)
 			if c.body.Bufferable(rt.Cluster.Config().Retries.BufferBody) {
 				if err := c.body.Fill(); err != nil {

@@ -90,6 +90,7 @@ func (c *call) httpRequest(rt *route.Route, ep *cluster.Endpoint) *http.Request 
 // body streamed; it returns the status.
 func (c *call) relayHTTP(resp *http.Response, ep *cluster.Endpoint) int {
 	req, body := &c.ctx.Request, c.body
+	body.Answered()
 	fr := &c.ctx.Response
 	fr.SetStatusCode(resp.StatusCode)
 	headers.StdResponse(resp.Header)

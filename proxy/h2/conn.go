@@ -44,6 +44,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
+
+	"github.com/ebb-proxy/ebb/proxy/pace"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -115,10 +117,16 @@ type Server struct {
 	// is answered with 431.
 	MaxHeaderBytes int
 	// HeaderTimeout bounds a header block sent in several frames (from
-	// its HEADERS frame to its END_HEADERS) and each wait of a handler
-	// for the next bytes of a request body (the handler's read then fails
-	// with an error whose Timeout() is true); 0: none.
+	// its HEADERS frame to its END_HEADERS) and, until its response
+	// begins, each wait of a handler for the next bytes of a request body
+	// (the handler's read then fails with pace.ErrTooSlow, whose
+	// Timeout() is true); 0: none.
 	HeaderTimeout time.Duration
+	// MinBodyRate is the rate, in bytes per second, a request body must
+	// keep up while its handler waits for it before the response begins;
+	// one that falls behind by more than HeaderTimeout fails the same
+	// way (pace.Budget); 0: only silence is bounded.
+	MinBodyRate int64
 	// WriteTimeout bounds how long a stream's response may wait for the
 	// client to open its flow-control window (a client that reads
 	// nothing): the stream is then reset with CANCEL; 0: no bound.
@@ -1003,6 +1011,7 @@ func (c *Conn) newStream(id uint32) *Stream {
 		st.stopWatch = st.unwatch
 	}
 	st.c, st.id, st.contentLength, st.recvWindow = c, id, -1, c.srv.streamWindow()
+	st.inPace = pace.New(c.srv.MinBodyRate, c.srv.HeaderTimeout)
 	st.cond.L = &c.mu
 	return st
 }
@@ -1212,6 +1221,11 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			st.in, st.inOff = st.in[:k], 0
 		}
 		st.in = append(st.in, data...)
+		var waited time.Duration
+		if !st.inStall.IsZero() {
+			waited = time.Since(st.inStall)
+		}
+		st.inPace.Waited(waited, len(data))
 		st.inStall = time.Time{}
 		st.cond.Broadcast()
 	}
@@ -1443,10 +1457,15 @@ func (c *Conn) checkStalls() {
 	now := time.Now()
 	var next time.Time
 	for _, st := range c.streams {
+		if st.finalSent && !st.inStall.IsZero() {
+			// The response began while the handler waited: the rest of
+			// the body is the upstream's business.
+			st.inStall = time.Time{}
+		}
 		for _, w := range [2]struct {
 			since *time.Time
 			limit time.Duration
-		}{{&st.inStall, c.srv.HeaderTimeout}, {&st.outStall, c.srv.WriteTimeout}} {
+		}{{&st.inStall, st.inPace.Left()}, {&st.outStall, c.srv.WriteTimeout}} {
 			if w.since.IsZero() {
 				continue
 			}
@@ -1458,8 +1477,8 @@ func (c *Conn) checkStalls() {
 			}
 			*w.since = time.Time{}
 			if w.since == &st.inStall {
-				c.debug("request body stalled", "stream", st.id)
-				st.inErr, st.bodyClosed = errBodyStalled, true
+				c.debug("request body stalled or too slow", "stream", st.id)
+				st.inErr, st.bodyClosed = pace.ErrTooSlow, true
 				st.cond.Broadcast()
 				continue
 			}

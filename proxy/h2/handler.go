@@ -20,6 +20,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
+	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
@@ -109,7 +110,13 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 	}
 	announced := st.Fields().Get("trailer") != nil
 	if st.HasBody() && size != 0 {
-		c.body = upstream.AcquireBody(st.Body(), nil, limit, size, 0)
+		if rt.Cluster.NetHTTP() && bytes.HasPrefix(st.Fields().Get("content-type"), []byte("application/grpc")) {
+			// A stream of messages the client sends as it has them, to
+			// an upstream that multiplexes streams: only its silence is
+			// bounded, not its rate.
+			st.MessageStream()
+		}
+		c.body = upstream.AcquireBody(st.Body(), nil, limit, size, pace.Budget{})
 		// With trailers announced, the body streams: they come after it.
 		if !announced && c.body.Bufferable(rt.Cluster.Config().Retries.BufferBody) {
 			if err := c.body.Fill(); err != nil {

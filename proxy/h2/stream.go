@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
 // Errors a stream's handler sees.
@@ -22,15 +24,7 @@ var (
 	errNoHeaders = errors.New("h2: response body before its header")
 	// errBodyClosed: a read of a request body after its Close.
 	errBodyClosed = errors.New("h2: request body closed")
-	// errBodyStalled: no body bytes for the server's HeaderTimeout.
-	errBodyStalled error = stallError{}
 )
-
-type stallError struct{}
-
-func (stallError) Error() string   { return "h2: request body stalled" }
-func (stallError) Timeout() bool   { return true }
-func (stallError) Temporary() bool { return false }
 
 // outCap is how many response body bytes a stream holds before Write
 // waits for the writer to send them: a slow client costs at most this
@@ -74,6 +68,7 @@ type Stream struct {
 	keep         bool          // something outside the engine may still hold the stream: it is not pooled
 	decoding     bool          // the read loop decodes the stream's trailers
 	inStall      time.Time     // when the handler began to wait for body bytes; zero: it does not
+	inPace       pace.Budget   // how long its waits may last (limits.min_body_rate)
 	outStall     time.Time     // when the response began to wait for a flow-control window; zero: it does not
 	cond         sync.Cond     // the handler waits for body bytes or output room
 	remoteClosed bool          // END_STREAM received (or the request refused)
@@ -168,9 +163,16 @@ func (st *Stream) Read(p []byte) (int, error) {
 			st.hqItems = append(st.hqItems, headerItem{n: len(st.hq) - n0})
 			c.queueLocked(st)
 		}
-		if st.inStall.IsZero() && c.srv.HeaderTimeout > 0 {
+		if st.inStall.IsZero() && st.inPace.Timed() && !st.finalSent {
+			// Until the response begins, ebb waits on the upstream's
+			// behalf; then the upstream decides (a bidirectional stream,
+			// such as gRPC's, may idle).
+			if st.inPace.Left() <= 0 {
+				st.inErr, st.bodyClosed = pace.ErrTooSlow, true
+				break
+			}
 			st.inStall = time.Now()
-			c.armStallLocked(st.inStall.Add(c.srv.HeaderTimeout))
+			c.armStallLocked(st.inStall.Add(st.inPace.Left()))
 		}
 		st.cond.Wait()
 	}
@@ -190,6 +192,16 @@ func (st *Stream) Read(p []byte) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// MessageStream exempts the request body from the server's MinBodyRate:
+// it is a stream of messages (gRPC's) that may rightly be slow. Silence
+// is still bounded by HeaderTimeout until the response begins.
+func (st *Stream) MessageStream() {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	st.inPace = pace.New(0, c.srv.HeaderTimeout)
 }
 
 // AddHeader adds a response field (a trailer, after WriteHeader) to the

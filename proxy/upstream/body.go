@@ -10,6 +10,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
 // Body wraps the client's request body on its way upstream: it
@@ -34,8 +35,11 @@ type Body struct {
 	limit    int64 // 0: none
 	size     int64 // Content-Length, or -1 (unknown: chunked)
 	n        int64
-	deadline bool // the body is still on the socket: time each read
-	timeout  time.Duration
+	deadline bool        // the body is still on the socket: time each read...
+	pace     pace.Budget // ...by this
+	// answered: the upstream's response has begun; its reads are then
+	// the upstream's business, untimed (a bidirectional stream may idle).
+	answered atomic.Bool
 	eof      bool
 	// OnEOF, if set, runs when the body has been read whole: the request's
 	// trailers have arrived then.
@@ -69,12 +73,13 @@ var errAttemptOver = errors.New("upstream: request body no longer sent on this a
 // AcquireBody wraps a request body read from r, of size bytes (-1:
 // unknown), at most limit (0: no limit). conn is the client's HTTP/1
 // connection (nil for HTTP/2, whose stream bodies are closed instead);
-// a positive timeout gives each read from conn that deadline, for a body
-// still on the socket. The caller releases it.
-func AcquireBody(r io.Reader, conn *drain.Conn, limit, size int64, timeout time.Duration) *Body {
+// a timed pace gives each read from conn its deadline, for a body
+// still on the socket, until the response begins (Answered). The caller
+// releases it.
+func AcquireBody(r io.Reader, conn *drain.Conn, limit, size int64, pace pace.Budget) *Body {
 	b := bodyPool.Get().(*Body)
-	b.r, b.conn, b.limit, b.size, b.timeout = r, conn, limit, size, timeout
-	b.deadline = conn != nil && timeout > 0
+	b.r, b.conn, b.limit, b.size, b.pace = r, conn, limit, size, pace
+	b.deadline = conn != nil && pace.Timed()
 	b.refs.Store(1)
 	return b
 }
@@ -101,6 +106,7 @@ func (b *Body) Release() {
 	b.whole.Store(false)
 	b.fault.Store(nil)
 	b.interrupted.Store(false)
+	b.answered.Store(false)
 	bodyPool.Put(b)
 }
 
@@ -170,17 +176,30 @@ func (b *Body) Read(p []byte) (int, error) { return b.read(p) }
 
 // read reads from the client.
 func (b *Body) read(p []byte) (int, error) {
-	if b.deadline {
+	var start time.Time
+	if b.deadline && !b.answered.Load() {
 		// The engine's header timeout would otherwise cut a long upload
-		// short; a body must instead keep making progress.
-		if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
+		// short; a body must instead keep pace.
+		left := b.pace.Left()
+		if left <= 0 {
+			return 0, b.fail(pace.ErrTooSlow)
+		}
+		start = time.Now()
+		if err := b.conn.SetReadDeadline(start.Add(left)); err != nil {
 			return 0, b.fail(err)
+		}
+		if b.answered.Load() {
+			// Answered meanwhile: its clearing may have come first.
+			_ = b.conn.SetReadDeadline(time.Time{})
 		}
 	}
 	if b.interrupted.Load() {
 		return 0, errAttemptOver
 	}
 	n, err := b.r.Read(p)
+	if !start.IsZero() {
+		b.pace.Waited(time.Since(start), n)
+	}
 	b.n += int64(n)
 	if err != nil && b.interrupted.Load() {
 		// ebb cut the read short, not the client: whatever ended the
@@ -209,6 +228,18 @@ func (b *Body) read(p []byte) (int, error) {
 		b.whole.Store(true)
 	}
 	return n, err
+}
+
+// Answered tells b that the upstream's response has begun: what is left
+// of the body is read without a deadline (b may be nil). An upstream that
+// answers before it has the whole body (a bidirectional stream, such as
+// gRPC's) decides how long it waits for the rest; the pace and the stall
+// bound hold only while ebb waits for the body on the upstream's behalf.
+func (b *Body) Answered() {
+	if b == nil || !b.deadline || b.answered.Swap(true) {
+		return
+	}
+	_ = b.conn.SetReadDeadline(time.Time{})
 }
 
 // interrupt makes a read from the client that is blocked, or about to

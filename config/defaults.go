@@ -7,6 +7,8 @@ const (
 	DefaultAdminAddress        = "127.0.0.1:9901"
 	DefaultMaxHeaderBytes      = 32 << 10
 	DefaultMinBodyRate         = 1 << 10
+	DefaultMaxConnections      = 20000
+	DefaultMaxInFlight         = 20000
 	DefaultMaxStreams          = 250
 	DefaultStreamWindow        = 256 << 10
 	DefaultConnectionWindow    = 1 << 20
@@ -50,6 +52,8 @@ func (l *Listener) setDefaults() {
 	l.Role = RoleInbound
 	l.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
 	l.Limits.MinBodyRate = DefaultMinBodyRate
+	l.Limits.MaxConnections = DefaultMaxConnections
+	l.Limits.MaxInFlight = DefaultMaxInFlight
 	l.HTTP2 = ListenerHTTP2{MaxConcurrentStreams: DefaultMaxStreams, StreamWindow: DefaultStreamWindow, ConnectionWindow: DefaultConnectionWindow}
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 	l.Headers.TrustedProxies = []string{}

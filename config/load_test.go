@@ -46,6 +46,10 @@ func TestLoadDefaults(t *testing.T) {
 		{"role", l.Role, RoleInbound},
 		{"max_header_bytes", l.Limits.MaxHeaderBytes, Size(32 << 10)},
 		{"max_body_bytes", l.Limits.MaxBodyBytes, Size(0)},
+		{"min_body_rate", l.Limits.MinBodyRate, Size(1 << 10)},
+		{"max_connections", l.Limits.MaxConnections, 20000},
+		{"max_in_flight", l.Limits.MaxInFlight, 20000},
+		{"cluster max_in_flight", c.MaxInFlight, 0},
 		{"http2.max_concurrent_streams", l.HTTP2.MaxConcurrentStreams, 250},
 		{"http2.stream_window", l.HTTP2.StreamWindow, Size(256 << 10)},
 		{"http2.connection_window", l.HTTP2.ConnectionWindow, Size(1 << 20)},
@@ -417,6 +421,29 @@ func TestValidateHTTP2(t *testing.T) {
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			yaml := strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1)
+			loadWants(t, yaml, tc.want)
+		})
+	}
+}
+
+func TestValidateLimits(t *testing.T) {
+	for _, tc := range []struct {
+		set, where string
+		want       string // a problem; none if empty
+	}{
+		{set: "limits: { max_connections: 0, max_in_flight: 0, min_body_rate: 0 }"},
+		{set: "limits: { max_connections: 10, max_in_flight: 5, min_body_rate: 10KiB }"},
+		{set: "limits: { max_connections: -1 }", want: "listeners[0].limits.max_connections: expected 0 (no cap) or more, got -1"},
+		{set: "limits: { max_in_flight: -5 }", want: "listeners[0].limits.max_in_flight: expected 0 (no cap) or more, got -5"},
+		{set: "limits: { min_body_rate: fast }", want: "listeners[0].limits.min_body_rate"},
+		{set: "max_in_flight: 100", where: "cluster"},
+		{set: "max_in_flight: -1", where: "cluster", want: "clusters[0].max_in_flight: expected 0 (no cap) or more, got -1"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			yaml := strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1)
+			if tc.where == "cluster" {
+				yaml = strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)
+			}
 			loadWants(t, yaml, tc.want)
 		})
 	}

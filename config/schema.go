@@ -137,6 +137,14 @@ type Limits struct {
 	// body that falls behind by more than timeouts.header is cut with
 	// 408 (0: only a silence of timeouts.header is). Both engines.
 	MinBodyRate Size `key:"min_body_rate"`
+	// MaxConnections caps the listener's open connections (0: no cap). At
+	// the cap ebb accepts nothing until one closes: new connections wait
+	// in the kernel's accept queue.
+	MaxConnections int `key:"max_connections"`
+	// MaxInFlight caps the requests the listener serves at once, over all
+	// its connections and streams (0: no cap); more get 503 with
+	// Retry-After.
+	MaxInFlight int `key:"max_in_flight"`
 }
 
 // ListenerHTTP2 holds what a listener's HTTP/2 connections are granted.
@@ -220,6 +228,10 @@ type Cluster struct {
 	Discovery           Discovery       `key:"discovery"`
 	Timeouts            ClusterTimeouts `key:"timeouts"`
 	MaxConnsPerEndpoint int             `key:"max_conns_per_endpoint"`
+	// MaxInFlight caps the requests sent to the cluster at once, from
+	// every listener (0: no cap); more get 503 with Retry-After, so that
+	// a slow cluster cannot take every request ebb can hold.
+	MaxInFlight int `key:"max_in_flight"`
 	// TLS applies to protocols h2 and auto, which speak TLS upstream.
 	TLS UpstreamTLS `key:"tls"`
 	// Retries says when a failed request is sent to another endpoint.

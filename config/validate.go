@@ -82,6 +82,12 @@ func (c *Config) Validate() []Problem {
 		if l.Limits.MaxHeaderBytes < 1<<10 || l.Limits.MaxHeaderBytes > 1<<20 {
 			v.add(key+".limits.max_header_bytes", "expected a size between 1KiB and 1MiB, got %s", l.Limits.MaxHeaderBytes)
 		}
+		if n := l.Limits.MaxConnections; n < 0 {
+			v.add(key+".limits.max_connections", "expected 0 (no cap) or more, got %d", n)
+		}
+		if n := l.Limits.MaxInFlight; n < 0 {
+			v.add(key+".limits.max_in_flight", "expected 0 (no cap) or more, got %d", n)
+		}
 		if n := l.HTTP2.MaxConcurrentStreams; n < 1 || n > 10000 {
 			v.add(key+".http2.max_concurrent_streams", "expected a number between 1 and 10000, got %d", n)
 		}
@@ -273,6 +279,9 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	v.positive(key+".timeouts.idle", c.Timeouts.Idle)
 	if c.MaxConnsPerEndpoint < 1 {
 		v.add(key+".max_conns_per_endpoint", "expected at least 1, got %d", c.MaxConnsPerEndpoint)
+	}
+	if c.MaxInFlight < 0 {
+		v.add(key+".max_in_flight", "expected 0 (no cap) or more, got %d", c.MaxInFlight)
 	}
 	if a := c.Retries.Attempts; a < 1 || a > 5 {
 		v.add(key+".retries.attempts", "expected 1 (no retry) to 5, got %d", a)

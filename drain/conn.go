@@ -86,10 +86,11 @@ type Conn struct {
 	// application's egress), which the drain leaves alone.
 	Drainable bool
 
-	reg    *Registry
-	proto  atomic.Int32
-	state  atomic.Int32
-	linger atomic.Bool
+	reg     *Registry
+	onClose func() // read-only after Track
+	proto   atomic.Int32
+	state   atomic.Int32
+	linger  atomic.Bool
 
 	// The drain's close signal: closeReq is set at the connection's
 	// moment; onSignal is the engine's way of passing it on (HTTP/2:
@@ -357,6 +358,9 @@ func (c *Conn) Close() error {
 		c.closeErr = c.Conn.Close()
 		c.state.Store(int32(StateClosed))
 		c.reg.remove(c)
+		if c.onClose != nil {
+			c.onClose()
+		}
 	})
 	return c.closeErr
 }

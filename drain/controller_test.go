@@ -85,7 +85,7 @@ func newBubble(t *testing.T, cfg config.Drain) *bubble {
 func (b *bubble) conn(proto Protocol, drainable bool) *Conn {
 	a, z := net.Pipe()
 	b.t.Cleanup(func() { z.Close() })
-	c := b.reg.Track(a, "l", drainable)
+	c := b.reg.Track(a, "l", drainable, nil)
 	c.SetProtocol(proto)
 	return c
 }

@@ -36,7 +36,7 @@ func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := NewRegistry()
-	c := reg.Track(server, "l", true)
+	c := reg.Track(server, "l", true, nil)
 	defer c.Close()
 	c.SetProtocol(ProtoHTTP1)
 	c.SetState(StateIdle)

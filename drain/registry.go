@@ -66,8 +66,9 @@ func (r *Registry) Draining() bool { return Phase(r.Stats.Phase.Load()) != Phase
 
 // Track registers an accepted connection and returns the wrapper every
 // engine must use from then on. drainable is false for connections of
-// outbound listeners.
-func (r *Registry) Track(nc net.Conn, listener string, drainable bool) *Conn {
+// outbound listeners. onClose, if not nil, runs once the connection is
+// closed (the accept loop's connection slot).
+func (r *Registry) Track(nc net.Conn, listener string, drainable bool, onClose func()) *Conn {
 	c := &Conn{
 		Conn:      nc,
 		Listener:  listener,
@@ -75,6 +76,7 @@ func (r *Registry) Track(nc net.Conn, listener string, drainable bool) *Conn {
 		Peer:      peerOf(nc.RemoteAddr()),
 		Drainable: drainable,
 		reg:       r,
+		onClose:   onClose,
 	}
 	now := time.Now()
 	if drainable && r.signalNew.Load() {

@@ -26,11 +26,18 @@ type acceptLoop struct {
 	// refused (acceptGrace; tests lengthen it).
 	grace time.Duration
 
+	// slots holds a token per open connection when the listener has a
+	// max_connections (nil: no cap); full, if set, is told when run waits
+	// for a slot.
+	slots chan struct{}
+	full  func()
+
 	stopOnce  sync.Once
 	started   atomic.Bool   // run has begun
 	shared    atomic.Bool   // the socket has been handed to another process
 	finishing atomic.Bool   // stop refuses new connections; run ends at its deadline
 	quit      chan struct{} // closed by stop, ends a backoff wait
+	finished  chan struct{} // closed by finish, ends a wait for a slot
 	done      chan struct{} // closed when run returns
 }
 
@@ -41,8 +48,45 @@ const acceptGrace = 100 * time.Millisecond
 
 func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
 	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, grace: acceptGrace,
-		quit: make(chan struct{}), done: make(chan struct{})}
+		quit: make(chan struct{}), finished: make(chan struct{}), done: make(chan struct{})}
 }
+
+// limit caps the loop's open connections at max (0: no cap). At the cap
+// the loop accepts nothing until a connection closes: new clients wait
+// in the kernel's accept queue (and, past its backlog, retransmit their
+// SYN), as HAProxy's maxconn has them do, rather than being accepted to
+// be turned away. full is told each time the loop begins to wait.
+func (a *acceptLoop) limit(max int, full func()) {
+	if max > 0 {
+		a.slots, a.full = make(chan struct{}, max), full
+	}
+}
+
+// takeSlot waits for room for one more connection, reporting false if
+// the loop is to end instead.
+func (a *acceptLoop) takeSlot() bool {
+	if a.slots == nil {
+		return true
+	}
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if a.full != nil {
+		a.full()
+	}
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	case <-a.quit:
+	case <-a.finished:
+	}
+	return false
+}
+
+// freeSlot gives back a connection's slot.
+func (a *acceptLoop) freeSlot() { <-a.slots }
 
 // run accepts until the socket is closed. Temporary errors (such as running
 // out of file descriptors) are retried with a capped backoff, as net/http
@@ -51,9 +95,19 @@ func (a *acceptLoop) run() {
 	a.started.Store(true)
 	defer close(a.done)
 	var backoff time.Duration
+	var onClose func()
+	if a.slots != nil {
+		onClose = a.freeSlot
+	}
 	for {
+		if !a.takeSlot() {
+			return
+		}
 		nc, err := a.ln.Accept()
 		if err != nil {
+			if a.slots != nil {
+				a.freeSlot()
+			}
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -79,7 +133,7 @@ func (a *acceptLoop) run() {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		a.dispatch(a.reg.Track(nc, a.name, a.drainable))
+		a.dispatch(a.reg.Track(nc, a.name, a.drainable, onClose))
 	}
 }
 
@@ -131,6 +185,7 @@ func (a *acceptLoop) finish() bool {
 		return false
 	}
 	a.finishing.Store(true)
+	close(a.finished)
 	if own.SetDeadline(time.Now().Add(a.grace)) != nil {
 		// The socket accepts nothing new: close it now.
 		return false

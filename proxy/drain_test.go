@@ -31,7 +31,7 @@ func TestHTTP2CloseSignal(t *testing.T) {
 		l := p.listeners[0]
 		reg := p.reg
 		client, server := net.Pipe()
-		conn := reg.Track(&addrConn{Conn: server}, "bench", true)
+		conn := reg.Track(&addrConn{Conn: server}, "bench", true, nil)
 		served := make(chan struct{})
 		go func() {
 			l.serveConn(conn)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
@@ -33,6 +35,8 @@ type listener struct {
 	tls   *tls.Config
 
 	conns sync.WaitGroup // serveConn goroutines
+
+	capWarned atomic.Int64 // unix nanoseconds of the last warning that max_connections was reached
 
 	h2mu    sync.Mutex
 	h2conns map[*h2.Conn]struct{} // the HTTP/2 connections being served
@@ -114,7 +118,24 @@ func (l *listener) bind(listen ListenFunc) error {
 		c.WriteTimeout = l.cfg.Timeouts.Write
 		l.conns.Go(func() { l.serveConn(c) })
 	})
+	l.loop.limit(l.cfg.Limits.MaxConnections, l.atCap)
 	return nil
+}
+
+// capWarnEvery spaces the warnings that a listener is at its
+// max_connections.
+const capWarnEvery = 10 * time.Second
+
+// atCap warns, at most every capWarnEvery, that the listener accepts
+// nothing until a connection closes.
+func (l *listener) atCap() {
+	now := time.Now().UnixNano()
+	last := l.capWarned.Load()
+	if now-last < int64(capWarnEvery) || !l.capWarned.CompareAndSwap(last, now) {
+		return
+	}
+	l.p.log.Warn("listener at limits.max_connections: new connections wait until one closes",
+		"listener", l.cfg.Name, "max_connections", l.cfg.Limits.MaxConnections)
 }
 
 // serve runs the accept loop and the HTTP/1 engine until both have

@@ -99,10 +99,11 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 
 // listenerRestart names the settings of a listener that differ between
 // old and new, but for those Update applies: its routes,
-// limits.max_body_bytes and headers.
+// limits.max_body_bytes, limits.max_in_flight and headers.
 func listenerRestart(old, new config.Listener) []string {
 	old.Routes, new.Routes = nil, nil
 	old.Limits.MaxBodyBytes, new.Limits.MaxBodyBytes = 0, 0
+	old.Limits.MaxInFlight, new.Limits.MaxInFlight = 0, 0
 	old.Headers, new.Headers = config.ForwardingHeaders{}, config.ForwardingHeaders{}
 	if reflect.DeepEqual(old, new) {
 		return nil

@@ -147,13 +147,15 @@ func TestUpdate(t *testing.T) {
 	if err != nil || !slices.Equal(got.Removed, []string{"c"}) {
 		t.Fatalf("Update: %+v, %v", got, err)
 	}
-	// limits.max_body_bytes, headers and the access log apply live.
+	// limits.max_body_bytes and max_in_flight, headers and the access log
+	// apply live.
 	live := loadYAML(t, reloadYAML("b", b))
 	live.Listeners[0].Limits.MaxBodyBytes = 10
+	live.Listeners[0].Limits.MaxInFlight = 7
 	live.Listeners[0].Headers.TrustForwarded = true
 	live.Telemetry.Log.Access = true
 	if got, err := px.Update(live); err != nil || len(got.Restart) != 0 {
-		t.Fatalf("Update with the body limit, header trust and access log changed: %+v, %v; want all applied", got, err)
+		t.Fatalf("Update with the body limit, max_in_flight, header trust and access log changed: %+v, %v; want all applied", got, err)
 	}
 	post, err := http.NewRequest(http.MethodPost, base+"/", strings.NewReader(strings.Repeat("x", 100)))
 	if err != nil {
@@ -162,8 +164,8 @@ func TestUpdate(t *testing.T) {
 	if code, _, _ := do(t, newClient(t), post); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a 100-byte body after limits.max_body_bytes became 10: %d, want 413", code)
 	}
-	if px.snap.Load().Access == nil || !px.snap.Load().Tables[0].TrustForwarded {
-		t.Fatal("the access log or the header trust was not applied")
+	if tb := px.snap.Load().Tables[0]; px.snap.Load().Access == nil || !tb.TrustForwarded || tb.MaxInFlight != 7 {
+		t.Fatal("the access log, the header trust or max_in_flight was not applied")
 	}
 	withTimeout := loadYAML(t, reloadYAML("b", b))
 	withTimeout.Listeners[0].Timeouts.Idle *= 2

@@ -78,14 +78,16 @@ type Cluster struct {
 	// by the one goroutine that updates the cluster.
 	leaving atomic.Pointer[[]*Endpoint]
 	rr      atomic.Uint64
-	p2c     bool
-	netHTTP bool        // endpoints are reached through net/http (h2c, h2, auto)
-	scheme  string      // of upstream URLs: "http" or "https"
-	tls     *tls.Config // h2 and auto clusters
-	metrics *metrics.Cluster
-	reg     *drain.Registry // for counting dials during the drain
-	budget  budget
-	source  discovery.Source // nil if the configuration named none usable
+	// inFlight counts the requests Admit let in and that have not left.
+	inFlight atomic.Int64
+	p2c      bool
+	netHTTP  bool        // endpoints are reached through net/http (h2c, h2, auto)
+	scheme   string      // of upstream URLs: "http" or "https"
+	tls      *tls.Config // h2 and auto clusters
+	metrics  *metrics.Cluster
+	reg      *drain.Registry // for counting dials during the drain
+	budget   budget
+	source   discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
 	// goroutine that updates the cluster.
 	lastSet atomic.Pointer[discovery.Set]
@@ -376,6 +378,21 @@ func (c *Cluster) Scheme() string { return c.scheme }
 // CountRequest counts a request sent to the cluster at now, for the retry
 // budget.
 func (c *Cluster) CountRequest(now time.Time) { c.budget.request(now) }
+
+// Admit counts a request in flight to the cluster, reporting false (and
+// counting nothing) when max_in_flight requests already are. A request
+// admitted calls Leave once it is over.
+func (c *Cluster) Admit() bool {
+	n := c.inFlight.Add(1)
+	if max := int64(c.cfg.MaxInFlight); max > 0 && n > max {
+		c.inFlight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Leave ends a request Admit counted.
+func (c *Cluster) Leave() { c.inFlight.Add(-1) }
 
 // Metrics returns the cluster's counters (nil: none).
 func (c *Cluster) Metrics() *metrics.Cluster { return c.metrics }

@@ -17,7 +17,16 @@ const (
 	MsgBadBody      = "ebb: could not read the request body\n"
 	MsgBodyTimeout  = "ebb: the request body stalled or was too slow\n"
 	MsgConnect      = "ebb: CONNECT is not supported\n"
+	// MsgOverloaded: the listener's limits.max_in_flight.
+	MsgOverloaded = "ebb: too many requests in flight, retry later\n"
+	// MsgClusterBusy: the cluster's max_in_flight.
+	MsgClusterBusy = "ebb: too many requests in flight to this service, retry later\n"
 )
+
+// RetryAfter is the Retry-After of every 503 ebb makes (no endpoint,
+// every connection busy, too many requests in flight): the seconds after
+// which a client may try again.
+const RetryAfter = "1"
 
 // StatusClientClosed is recorded for requests whose client left before
 // the answer (it never reaches the client), as nginx logs it.

@@ -37,6 +37,8 @@ type Listener struct {
 	Registry *drain.Registry
 	// Log receives upstream errors (the access log is the snapshot's).
 	Log *slog.Logger
+
+	inFlight atomic.Int64 // requests in Serve, for limits.max_in_flight
 }
 
 // Table returns the listener's current routing table.
@@ -74,8 +76,8 @@ type Call interface {
 	AccessFields() (client, method, host, uri string, bytes int)
 }
 
-// Serve runs one request through the skeleton: Refuse; route (404 when
-// none matches); Prepare; Forward; Finish; metrics and the access log.
+// Serve runs one request through the skeleton: the listener's
+// max_in_flight (503 past it); Refuse; route (404 when none matches); Prepare; Forward; Finish; metrics and the access log.
 // host and path are the request's authority and path as sent. It returns
 // the route (nil if none) and the status sent.
 func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, host, path S, start time.Time) (*route.Route, int) {
@@ -83,6 +85,11 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 		l.Registry.Stats.Requests.Add(1)
 	}
 	t := l.Table()
+	n := l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
+	if max := t.MaxInFlight; max > 0 && n > max {
+		return nil, l.reject(c, t.NoRoute, proto, "", http.StatusServiceUnavailable, MsgOverloaded, start)
+	}
 	if status, msg := c.Refuse(); status != 0 {
 		return nil, l.reject(c, t.NoRoute, proto, "", status, msg, start)
 	}
@@ -100,10 +107,17 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 	return rt, status
 }
 
-// Forward sends a routed, prepared request upstream: pick an endpoint
-// (503 when there is none), count the request for the retry budget,
+// Forward sends a routed, prepared request upstream: admit it to the
+// cluster (503 past its max_in_flight), pick an endpoint (503 when there
+// is none), count the request for the retry budget,
 // exchange, and map a failure to ebb's answer. It returns the status sent.
 func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
+	if !rt.Cluster.Admit() {
+		l.countError(http.StatusServiceUnavailable)
+		c.Reply(http.StatusServiceUnavailable, MsgClusterBusy)
+		return http.StatusServiceUnavailable
+	}
+	defer rt.Cluster.Leave()
 	ep := rt.Cluster.Pick()
 	if ep == nil {
 		l.countError(http.StatusServiceUnavailable)

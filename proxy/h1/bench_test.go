@@ -24,7 +24,7 @@ func BenchmarkHandlerGet(b *testing.B) {
 	client, server := net.Pipe()
 	defer client.Close()
 	reg := drain.NewRegistry()
-	conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true)
+	conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true, nil)
 	var ctx fasthttp.RequestCtx
 	ctx.Init2(conn, nil, false)
 	req := func() {

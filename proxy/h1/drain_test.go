@@ -26,7 +26,7 @@ func TestHTTP1CloseSignal(t *testing.T) {
 		reg := e.Registry
 		client, server := net.Pipe()
 		defer client.Close()
-		conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true)
+		conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true, nil)
 		conn.SetProtocol(drain.ProtoHTTP1)
 		var ctx fasthttp.RequestCtx
 		ctx.Init2(conn, nil, false)

@@ -162,6 +162,9 @@ func localReply(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.Reset()
 	resp.SetStatusCode(status)
 	resp.Header.SetContentType("text/plain; charset=utf-8")
+	if status == fasthttp.StatusServiceUnavailable {
+		resp.Header.Set("Retry-After", forward.RetryAfter)
+	}
 	resp.SetBodyString(msg)
 }
 

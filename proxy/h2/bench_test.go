@@ -80,7 +80,7 @@ func startBench(tb testing.TB, srv *h2.Server, reg *drain.Registry) *benchClient
 		if err != nil {
 			return
 		}
-		dc := reg.Track(nc, "bench", true)
+		dc := reg.Track(nc, "bench", true, nil)
 		srv.Serve(h2.WithConn(context.Background(), dc), dc, nil)
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())

@@ -412,6 +412,9 @@ func bodyless(status int) bool {
 func (c *call) Reply(status int, msg string) {
 	st := c.st
 	st.AddHeaderString("content-type", "text/plain; charset=utf-8")
+	if status == http.StatusServiceUnavailable {
+		st.AddHeaderString("retry-after", forward.RetryAfter)
+	}
 	st.AddHeaderString("content-length", strconv.Itoa(len(msg)))
 	if st.WriteHeader(status, len(msg) == 0) != nil || len(msg) == 0 {
 		return

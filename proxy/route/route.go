@@ -43,7 +43,7 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 		s.Clusters[c.Name] = cluster.New(c, m.ForCluster(c.Name), reg, log)
 	}
 	for _, l := range cfg.Listeners {
-		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), TrustForwarded: l.Headers.TrustForwarded,
+		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), MaxInFlight: int64(l.Limits.MaxInFlight), TrustForwarded: l.Headers.TrustForwarded,
 			TrustedProxies: trustedProxies(l.Headers.TrustedProxies)}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
@@ -84,8 +84,10 @@ type Table struct {
 	// routing).
 	NoRoute *metrics.Route
 	// The listener's settings a reload changes live:
-	// limits.max_body_bytes (0: none) and headers.trust_forwarded.
+	// limits.max_body_bytes (0: none), limits.max_in_flight (0: none) and
+	// headers.trust_forwarded.
 	MaxBodyBytes   int64
+	MaxInFlight    int64
 	TrustForwarded bool
 	TrustedProxies []netip.Prefix
 }

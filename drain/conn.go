@@ -1,7 +1,6 @@
 package drain
 
 import (
-	"bytes"
 	"net"
 	"net/netip"
 	"sync"
@@ -109,10 +108,6 @@ type Conn struct {
 	replay        []byte        // ...and not yet read again; owned by the reader
 	closeOnce     sync.Once
 	closeErr      error
-
-	// lineEnded: a line feed has been read since ExpectHead (or since the
-	// connection began); owned by the reader.
-	lineEnded bool
 }
 
 // Lingering close bounds: read and discard until the client has been
@@ -170,22 +165,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	} else {
 		n, err = c.Conn.Read(p)
 	}
-	if !c.lineEnded && n > 0 {
-		c.lineEnded = bytes.IndexByte(p[:n], '\n') >= 0
-	}
 	return n, err
 }
-
-// ExpectHead marks that the next bytes read begin a request head: the
-// HTTP/1 engine is done with the previous request.
-func (c *Conn) ExpectHead() { c.lineEnded = false }
-
-// LineEnded reports whether a line feed has been read since ExpectHead.
-// A head too large for the engine's buffer in which no line has ended
-// is a request line too long: 414, not 431. (The first read of a head
-// nearly always holds its first line's end, so the scan stops there; the
-// bytes of a pipelined request read with the previous one are not seen.)
-func (c *Conn) LineEnded() bool { return c.lineEnded }
 
 // Peek reads the connection's first bytes, up to len(prefix), for as long
 // as they match prefix, and keeps them for the next reads to return again:

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -135,6 +137,10 @@ func TestHTTP1Framing(t *testing.T) {
 		{"CR in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", 400, "", true},
 		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "", true},
 		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, "", false},
+		{"bare LF line ends", "GET / HTTP/1.1\nHost: a\n\n", 400, "", true},
+		{"bare LF ends the head", "GET / HTTP/1.1\r\nHost: a\r\n\n", 400, "", true},
+		{"bare LF inside the head", "GET / HTTP/1.1\r\nHost: a\nX-A: b\r\n\r\n", 400, "", true},
+		{"bare LF after the request line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 400, "", true},
 		{"header section over max_header_bytes", many, 431, "", true},
 		// A request line longer than the whole buffer: the URI is what is
 		// too long (RFC 9110 §15.5.15), not the header section.
@@ -196,5 +202,44 @@ func TestLongURIOnKeepAlive(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("request %d: %d, want %d", i, resp.StatusCode, want)
 		}
+	}
+}
+
+// TestHTTP1HeadOverTLS: what ebb tells from a request head's bytes it
+// tells from the decrypted ones on a TLS listener: a request line longer
+// than the buffer gets 414 and a bare LF 400, as in cleartext, and a
+// plain request is served.
+func TestHTTP1HeadOverTLS(t *testing.T) {
+	origin := newRawOrigin(t)
+	cert, key, pool := proxytest.WriteTestCert(t, t.TempDir())
+	e := startEbb(t, oneClusterYAML(origin.addr, []string{fmt.Sprintf("tls: { cert: %q, key: %q }", cert, key)}, nil))
+	for _, tc := range []struct {
+		name, request string
+		status        int
+	}{
+		{"plain", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 200},
+		{"request line over max_header_bytes", "GET /" + strings.Repeat("a", 40<<10) + " HTTP/1.1\r\nHost: a\r\n\r\n", 414},
+		{"headers over max_header_bytes", "GET / HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("X-Padding: 0123456789abcdef\r\n", 2000) + "\r\n", 431},
+		{"bare LF line ends", "GET / HTTP/1.1\nHost: a\n\n", 400},
+		{"bare LF inside the head", "GET / HTTP/1.1\r\nHost: a\nX-A: b\r\n\r\n", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tls.Dial("tcp", e.addr("public"), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
 	}
 }

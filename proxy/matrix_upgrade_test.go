@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net/http"
 	"strings"
@@ -82,6 +83,20 @@ func TestMatrixWebSocket(t *testing.T) {
 			}
 			if _, msg, err := c.ReadMessage(); err != nil || string(msg) != "hello" {
 				t.Fatalf("echo: %q, %v", msg, err)
+			}
+			// Every byte value, LFs without CRs among them: the relayed
+			// bytes are not taken for a request head.
+			all := make([]byte, 4096)
+			for i := range all {
+				all[i] = byte(i)
+			}
+			for range 4 {
+				if err := c.WriteMessage(websocket.BinaryMessage, all); err != nil {
+					t.Fatal(err)
+				}
+				if _, msg, err := c.ReadMessage(); err != nil || !bytes.Equal(msg, all) {
+					t.Fatalf("echo of every byte value: %d bytes, %v", len(msg), err)
+				}
 			}
 		})
 	}

@@ -39,6 +39,7 @@ type call struct {
 	// http10: the client spoke HTTP/1.0 (the request goes upstream as
 	// HTTP/1.1).
 	http10 bool
+	head   *head // the connection's head watcher (nil: none)
 }
 
 // Handle serves one HTTP/1 request (the engine's fasthttp server calls it). It runs on a fasthttp worker
@@ -47,8 +48,12 @@ type call struct {
 // the engine shuts down, which would abort every request in flight at the
 // start of a drain).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	hd := headOf(ctx.Conn())
+	if hd != nil {
+		hd.done()
+	}
 	c := s.calls.Get().(*call)
-	c.ctx, c.conn = ctx, drain.ConnOf(ctx.Conn())
+	c.ctx, c.conn, c.head = ctx, drain.ConnOf(ctx.Conn()), hd
 	req := &ctx.Request
 	c.http10 = !req.Header.IsHTTP11()
 	var host, path []byte
@@ -72,8 +77,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		ctx.Response.SetConnectionClose()
 		s.l.Registry.Stats.CloseSignals[drain.ProtoHTTP1].Add(1)
 	}
-	if c.conn != nil {
-		c.conn.ExpectHead() // what the engine reads next is the next request
+	if hd != nil && !c.upgrade && !ctx.Response.ConnectionClose() {
+		// What the engine reads next is the next request. (Not on a
+		// connection that ends with this response: a request body still
+		// streaming to the upstream (full duplex) is read on it, or an
+		// upgraded protocol's bytes.)
+		hd.expect()
 	}
 	*c = call{s: s}
 	s.calls.Put(c)
@@ -84,6 +93,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 func (c *call) Refuse() (int, string) {
 	h := &c.ctx.Request.Header
 	switch {
+	case c.head != nil && c.head.err != nil:
+		c.ctx.SetConnectionClose()
+		return fasthttp.StatusBadRequest, msgBareLF
 	case !h.IsHTTP11() && string(h.Protocol()) != "HTTP/1.0":
 		// HTTP/1.2, HTTP/2.0 and the like on an HTTP/1 connection: not
 		// served as HTTP/1.1 (RFC 9110 §15.6.6).

@@ -85,7 +85,10 @@ func New(l *forward.Listener) *Server {
 
 // Serve serves the connections ln hands over until ln's Accept fails
 // (io.EOF ends it quietly).
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(watchHeads{ln}) }
+
+// msgBareLF answers a head with a line ended by LF alone.
+const msgBareLF = "ebb: malformed request (a line of its head ends in LF without CR)\n"
 
 // errorHandler answers requests fasthttp could not parse, as fasthttp's
 // default does, and keeps reading what the client still sends for a while
@@ -103,8 +106,10 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// request parsed yet: 0), the same bytes get a 400 as before.
 		ctx.Conn().Close()
 		return
+	case errors.Is(err, errBareLF):
+		localReply(ctx, fasthttp.StatusBadRequest, msgBareLF)
 	case errors.As(err, &small):
-		if c := drain.ConnOf(ctx.Conn()); c != nil && !c.LineEnded() {
+		if h := headOf(ctx.Conn()); h != nil && !h.lineEnded {
 			// The request line alone filled the buffer.
 			localReply(ctx, fasthttp.StatusRequestURITooLong, "ebb: request URI too long\n")
 			break

@@ -1,0 +1,62 @@
+package h1
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestHeadScan feeds heads to the watcher split at every byte: a head
+// whose lines all end in CR LF is never taken for one with a bare LF,
+// whatever its body holds (the scan stops at the head's end), and one
+// with a bare LF always is.
+func TestHeadScan(t *testing.T) {
+	for _, tc := range []struct {
+		name, bytes string
+		bare        bool
+	}{
+		{"plain", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", false},
+		{"body with bare LFs", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\na\nb\n\nc\r\n", false},
+		{"body starting with LF", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n\n\n", false},
+		{"no headers", "GET / HTTP/1.0\r\n\r\n\n", false},
+		{"bare LF ends the head", "GET / HTTP/1.1\r\nHost: a\r\n\n", true},
+		{"bare LF line ends", "GET / HTTP/1.1\nHost: a\n\n", true},
+		{"bare LF inside", "GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", true},
+		{"CR alone is not a line end", "GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", false},
+	} {
+		for split := range len(tc.bytes) + 1 {
+			h := newHead()
+			for _, part := range []string{tc.bytes[:split], tc.bytes[split:]} {
+				h.scan([]byte(part))
+			}
+			if got := errors.Is(h.err, errBareLF); got != tc.bare {
+				t.Errorf("%s split at %d: bare LF %v, want %v", tc.name, split, got, tc.bare)
+			}
+			if !h.lineEnded {
+				t.Errorf("%s split at %d: no line ended", tc.name, split)
+			}
+		}
+	}
+	// After expect, the bytes of a pipelined head may have been read
+	// with the previous request: an LF first may end a line whose CR
+	// went with them. It stops the scan rather than being judged.
+	h := newHead()
+	h.expect()
+	if h.scan([]byte("\nX: b\r\n\r\nbody\n")); h.err != nil || h.active {
+		t.Errorf("an LF first after expect: err %v, active %v; want the scan stopped, no error", h.err, h.active)
+	}
+}
+
+// BenchmarkHeadScan is what watching a typical request head costs per
+// request.
+func BenchmarkHeadScan(b *testing.B) {
+	req := []byte("GET /index.html?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) bench\r\n" +
+		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en\r\nAccept-Encoding: gzip, br\r\nCookie: a=1; b=2\r\nConnection: keep-alive\r\n\r\n")
+	h := newHead()
+	for b.Loop() {
+		h.expect()
+		h.scan(req)
+	}
+	if h.active || h.err != nil {
+		b.Fatal("the head was not seen whole")
+	}
+}

@@ -426,6 +426,8 @@ func TestValidateHTTP2(t *testing.T) {
 	}
 }
 
+// TestValidateLimits checks the limits, and headers.via, with the file's
+// key in each error.
 func TestValidateLimits(t *testing.T) {
 	for _, tc := range []struct {
 		set, where string
@@ -436,6 +438,9 @@ func TestValidateLimits(t *testing.T) {
 		{set: "limits: { max_connections: -1 }", want: "listeners[0].limits.max_connections: expected 0 (no cap) or more, got -1"},
 		{set: "limits: { max_in_flight: -5 }", want: "listeners[0].limits.max_in_flight: expected 0 (no cap) or more, got -5"},
 		{set: "limits: { min_body_rate: fast }", want: "listeners[0].limits.min_body_rate"},
+		{set: "headers: { via: ebb }"},
+		{set: "headers: { via: \"edge-1.example.net:8443\" }"},
+		{set: "headers: { via: \"my proxy\" }", want: "listeners[0].headers.via: expected a name (a token such as ebb, or host:port), got \"my proxy\""},
 		{set: "max_in_flight: 100", where: "cluster"},
 		{set: "max_in_flight: -1", where: "cluster", want: "clusters[0].max_in_flight: expected 0 (no cap) or more, got -1"},
 	} {

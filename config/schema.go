@@ -187,6 +187,12 @@ type ForwardingHeaders struct {
 	// peer's address and the others by what ebb knows (X-Real-IP and
 	// Forwarded are dropped). trust_forwarded: true trusts every peer.
 	TrustedProxies []string `key:"trusted_proxies"`
+	// Via, if set, is the name ebb adds to the Via field of requests
+	// going upstream and of responses going to the client (RFC 9110
+	// §7.6.3), after the protocol version it received the message with:
+	// "Via: 1.1 ebb", "Via: 2 ebb". A token, or host:port. Off by default:
+	// Via tells the world which proxy it goes through.
+	Via string `key:"via"`
 }
 
 // Route sends matching requests to a cluster. Routes are tried in order and

@@ -82,6 +82,9 @@ func (c *Config) Validate() []Problem {
 		if l.Limits.MaxHeaderBytes < 1<<10 || l.Limits.MaxHeaderBytes > 1<<20 {
 			v.add(key+".limits.max_header_bytes", "expected a size between 1KiB and 1MiB, got %s", l.Limits.MaxHeaderBytes)
 		}
+		if via := l.Headers.Via; via != "" && !validVia(via) {
+			v.add(key+".headers.via", "expected a name (a token such as ebb, or host:port), got %q", via)
+		}
 		if n := l.Limits.MaxConnections; n < 0 {
 			v.add(key+".limits.max_connections", "expected 0 (no cap) or more, got %d", n)
 		}
@@ -422,4 +425,19 @@ func ReadAdminToken(path string) (string, error) {
 		return "", fmt.Errorf("%s: expected one token without white space inside", path)
 	}
 	return tok, nil
+}
+
+// validVia reports whether name may stand in a Via field as the
+// receiving proxy's name: a token (RFC 9110 §5.6.2), or host:port.
+func validVia(name string) bool {
+	for i := range len(name) {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~:[]", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

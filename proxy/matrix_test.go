@@ -553,3 +553,36 @@ func TestMatrixCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestMatrixVia: with headers.via, the origin sees ebb's entry after the
+// client's, with the version ebb received the request in, and the client
+// sees it after the origin's, with the version the origin answered in.
+func TestMatrixVia(t *testing.T) {
+	run(t, func(t *testing.T, m mode) {
+		e := &env{}
+		e.Env = proxytest.NewEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Via", "1.1 app-cache")
+			io.WriteString(w, strings.Join(r.Header.Values("Via"), "|"))
+		}), func(yaml string) string {
+			yaml = strings.Replace(yaml, "    address: 127.0.0.1:0\n", "    address: 127.0.0.1:0\n    headers: { via: ebb }\n", 1)
+			e.px = startMatrixProxy(t, yaml)
+			return e.px.Addr("public").String()
+		})
+		req := proxytest.NewRequest(t, t.Context(), "GET", e.URL("/via"), nil)
+		req.Header.Set("Via", "1.1 waf")
+		resp, body := e.Exchange(t, req)
+		down, up := "1.1", "1.1"
+		if m.DownH2() {
+			down = "2"
+		}
+		if m.UpH2() {
+			up = "2"
+		}
+		if want := "1.1 waf, " + down + " ebb"; string(body) != want {
+			t.Errorf("the origin saw Via %q, want %q", body, want)
+		}
+		if got, want := resp.Header.Values("Via"), "1.1 app-cache, "+up+" ebb"; len(got) != 1 || got[0] != want {
+			t.Errorf("the client got Via %q, want [%q]", got, want)
+		}
+	})
+}

@@ -172,12 +172,16 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP()}
+	t := c.s.l.Table()
+	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP(), Via: t.Via11}
+	if c.http10 {
+		hop.Via = t.Via10
+	}
 	if c.conn != nil {
-		hop.ClientIP, hop.Trust = c.conn.ClientIP, c.s.l.Table().Trusts(c.conn.Peer)
+		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
 		c.conn.Scratch = headers.FastRequest(&req.Header, hop, c.conn.Scratch)
 	} else {
-		hop.Trust = c.s.l.Table().TrustForwarded
+		hop.Trust = t.TrustForwarded
 		headers.FastRequest(&req.Header, hop, nil)
 	}
 	return 0, ""
@@ -207,7 +211,7 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	if err != nil {
 		return 0, ep, err
 	}
-	headers.FastResponse(&resp.Header, false)
+	headers.FastResponse(&resp.Header, false, c.s.l.Table().Via11)
 	return resp.StatusCode(), ep, nil
 }
 

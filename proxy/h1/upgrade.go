@@ -59,6 +59,7 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 	up.SetReadDeadline(time.Now().Add(timeout))
 	br := bufio.NewReaderSize(up, upstream.ReadBufferSize)
 	resp := &ctx.Response
+	via := c.s.l.Table().Via11
 	if _, err := upstream.ReadResponseHeader(resp, br, nil); err != nil {
 		up.Close()
 		kind := upstream.KindBroken
@@ -68,7 +69,7 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 		return 0, ep, &upstream.Error{Kind: kind, Err: err}
 	}
 	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
-		headers.FastResponse(&resp.Header, false)
+		headers.FastResponse(&resp.Header, false, via)
 		cl := resp.Header.ContentLength()
 		if req.Header.IsHead() || cl == 0 || resp.StatusCode() == fasthttp.StatusNoContent || resp.StatusCode() == fasthttp.StatusNotModified {
 			up.Close()
@@ -85,7 +86,7 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 		return resp.StatusCode(), ep, nil
 	}
 	up.SetReadDeadline(time.Time{})
-	headers.FastResponse(&resp.Header, true)
+	headers.FastResponse(&resp.Header, true, via)
 	head := append([]byte(nil), resp.Header.Header()...)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(down net.Conn) {

@@ -124,7 +124,7 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP()}
+	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP(), Via: t.Via2}
 	if c.conn != nil {
 		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
 	} else {
@@ -308,7 +308,7 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	if err != nil {
 		return 0, ep, err
 	}
-	headers.FastResponse(&resp.Header, false)
+	headers.FastResponse(&resp.Header, false, c.l.Table().Via11)
 	for k, v := range resp.Header.All() {
 		st.AddHeader(k, v)
 	}
@@ -371,7 +371,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	}
 	defer ep.Release()
 	defer resp.Body.Close()
-	headers.StdResponse(resp.Header)
+	headers.StdResponse(resp.Header, viaOf(c.l.Table(), resp))
 	for k, vv := range resp.Header {
 		for _, v := range vv {
 			st.AddHeaderString(k, v)
@@ -477,4 +477,13 @@ func copyBody(st *Stream, src io.Reader) error {
 			return err
 		}
 	}
+}
+
+// viaOf returns what headers.via adds to the Via of resp: the version
+// the upstream answered in.
+func viaOf(t *route.Table, resp *http.Response) []byte {
+	if resp.ProtoMajor == 2 {
+		return t.Via2
+	}
+	return t.Via11
 }

@@ -64,9 +64,10 @@ func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
 // FastResponse applies the response rules to an upstream response's
 // header going to the client. The upstream's "Connection: close" was
 // honoured on the upstream connection; it never closes the client's.
-// upgrade keeps Connection and Upgrade, for a 101 being relayed.
-func FastResponse(h *fasthttp.ResponseHeader, upgrade bool) {
-	response(h, scanResponse(h), upgrade)
+// upgrade keeps Connection and Upgrade, for a 101 being relayed; via, if
+// set, is appended to Via ("1.1 ebb": the upstream answered in HTTP/1.1).
+func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
+	response(h, scanResponse(h), upgrade, via)
 	if !upgrade {
 		h.ResetConnectionClose()
 	}
@@ -78,8 +79,8 @@ func FastResponse(h *fasthttp.ResponseHeader, upgrade bool) {
 // allocations whatever the number of fields: one string holding every
 // value, one slice of value slices, and the keys, which for common fields
 // are constants.
-func CopyResponse(dst http.Header, src *fasthttp.ResponseHeader) {
-	FastResponse(src, false)
+func CopyResponse(dst http.Header, src *fasthttp.ResponseHeader, via []byte) {
+	FastResponse(src, false, via)
 	n, size := 0, 0
 	for _, v := range src.All() {
 		n++

@@ -4,7 +4,8 @@
 // directions, "TE: trailers" stays towards HTTP/2, Expect goes once the
 // engine has handled it, X-Forwarded-For/-Proto/-Host are set as single
 // lines (X-Forwarded-For appended to only from a trusted proxy), and
-// Forwarded and X-Real-IP are dropped unless the peer is a trusted proxy.
+// Forwarded and X-Real-IP are dropped unless the peer is a trusted proxy,
+// and ebb's Via entry is appended both ways when headers.via names one.
 //
 // The rules are written once against Fields, the few operations they need
 // of a header section; thin adapters apply them to fasthttp's request and
@@ -53,6 +54,10 @@ type Hop struct {
 	// servers expect (RFC 9113 §8.2.2), when the client sent it: set
 	// towards upstreams reached through net/http (h2c, h2, auto).
 	TETrailers bool
+	// Via, if set, is appended to the Via field (RFC 9110 §7.6.3): the
+	// version the request was received with and ebb's name, such as
+	// "1.1 ebb" (headers.via).
+	Via []byte
 }
 
 // Header names ebb reads or writes, in canonical form.
@@ -61,6 +66,7 @@ const (
 	XForwardedProto = "X-Forwarded-Proto"
 	XForwardedHost  = "X-Forwarded-Host"
 	Forwarded       = "Forwarded"
+	Via             = "Via"
 )
 
 var (
@@ -68,6 +74,7 @@ var (
 	hdrXForwardedProto = []byte(XForwardedProto)
 	hdrXForwardedHost  = []byte(XForwardedHost)
 	hdrForwarded       = []byte(Forwarded)
+	hdrVia             = []byte(Via)
 	hdrXRealIP         = []byte("X-Real-Ip")
 	hdrExpect          = []byte("Expect")
 	hdrTE              = []byte("Te")
@@ -133,15 +140,44 @@ func request(h Fields, found hopMask, hop *Hop, scratch []byte) []byte {
 		h.DelBytes(hdrForwarded)
 		h.DelBytes(hdrXRealIP)
 	}
-	return setForwarded(h, hop, scratch)
+	scratch = setForwarded(h, hop, scratch)
+	if len(hop.Via) > 0 {
+		scratch = appendVia(h, hop.Via, scratch)
+	}
+	return scratch
 }
 
 // response applies the response rules to h: its hop-by-hop fields go,
-// unless upgrade keeps Connection and Upgrade for a 101.
-func response(h Fields, found hopMask, upgrade bool) {
+// unless upgrade keeps Connection and Upgrade for a 101; via, if set, is
+// appended to Via.
+func response(h Fields, found hopMask, upgrade bool, via []byte) {
 	if found != 0 {
 		strip(h, found, upgrade)
 	}
+	if len(via) > 0 {
+		appendVia(h, via, nil)
+	}
+}
+
+// appendVia adds via to the end of the Via list, as one line (several
+// lines are one list, RFC 9110 §5.3). scratch is reused and returned.
+func appendVia(h Fields, via, scratch []byte) []byte {
+	prior := h.PeekAll(Via)
+	if len(prior) == 0 {
+		h.SetCanonical(hdrVia, via)
+		return scratch
+	}
+	scratch = scratch[:0]
+	for _, p := range prior {
+		scratch = append(scratch, p...)
+		scratch = append(scratch, ", "...)
+	}
+	scratch = append(scratch, via...)
+	if len(prior) > 1 {
+		h.DelBytes(hdrVia)
+	}
+	h.SetCanonical(hdrVia, scratch)
+	return scratch
 }
 
 // strip removes the hop-by-hop fields found in h, with every field the

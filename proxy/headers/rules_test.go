@@ -119,6 +119,23 @@ func TestRequestRules(t *testing.T) {
 			gone: []string{"Te"},
 		},
 		{
+			name: "no Via unless asked",
+			raw:  "Host: example.com\r\nVia: 1.1 waf\r\n",
+			want: map[string][]string{"Via": {"1.1 waf"}},
+		},
+		{
+			name: "Via added",
+			raw:  "Host: example.com\r\n",
+			hop:  Hop{Via: []byte("2 ebb")},
+			want: map[string][]string{"Via": {"2 ebb"}},
+		},
+		{
+			name: "Via appended to the list, one line",
+			raw:  "Host: example.com\r\nVia: 1.0 fred, 1.1 p.example.net\r\nVia: 1.1 waf\r\n",
+			hop:  Hop{Via: []byte("1.1 ebb")},
+			want: map[string][]string{"Via": {"1.0 fred, 1.1 p.example.net, 1.1 waf, 1.1 ebb"}},
+		},
+		{
 			name: "Expect goes",
 			raw:  "Host: example.com\r\nExpect: 100-continue\r\n",
 			gone: []string{"Expect"},
@@ -237,7 +254,7 @@ func TestFastRulesAllocs(t *testing.T) {
 		if err := resp.Read(bufioReader(rawResp)); err != nil {
 			t.Fatal(err)
 		}
-		FastResponse(&resp, false)
+		FastResponse(&resp, false, nil)
 		if err := req.Read(bufioReader(rawReq)); err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +274,7 @@ func TestResponseRules(t *testing.T) {
 		if err := h.Read(bufioReader("HTTP/1.1 200 OK\r\n" + raw + "\r\n")); err != nil {
 			t.Fatal(err)
 		}
-		FastResponse(&h, false)
+		FastResponse(&h, false, nil)
 		out := h.String()
 		for _, bad := range []string{"Keep-Alive", "X-Hop", "Connection"} {
 			if strings.Contains(out, bad) {
@@ -274,12 +291,36 @@ func TestResponseRules(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := http.Header(mh)
-		StdResponse(h)
+		StdResponse(h, nil)
 		want := http.Header{"X-Ok": {"1"}}
 		if !reflect.DeepEqual(h, want) {
 			t.Errorf("got %v, want %v", h, want)
 		}
 	})
+}
+
+// TestResponseVia: headers.via appends ebb's entry to the upstream's Via
+// list, as one line, through both adapters.
+func TestResponseVia(t *testing.T) {
+	const raw = "Via: 1.0 cache\r\nVia: 1.1 app-proxy\r\n"
+	const want = "1.0 cache, 1.1 app-proxy, 1.1 ebb"
+	var h fasthttp.ResponseHeader
+	if err := h.Read(bufioReader("HTTP/1.1 200 OK\r\n" + raw + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	FastResponse(&h, false, []byte("1.1 ebb"))
+	if got := h.PeekAll("Via"); len(got) != 1 || string(got[0]) != want {
+		t.Errorf("fasthttp: Via %q, want one line %q", got, want)
+	}
+	mh, err := textproto.NewReader(bufioReader(raw + "\r\n")).ReadMIMEHeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := http.Header(mh)
+	StdResponse(std, []byte("1.1 ebb"))
+	if got := std["Via"]; len(got) != 1 || got[0] != want {
+		t.Errorf("net/http: Via %q, want one line %q", got, want)
+	}
 }
 
 func TestCopyResponse(t *testing.T) {
@@ -292,7 +333,7 @@ func TestCopyResponse(t *testing.T) {
 	src.Add("Keep-Alive", "timeout=5")
 	src.SetConnectionClose()
 	dst := http.Header{}
-	CopyResponse(dst, &src)
+	CopyResponse(dst, &src, nil)
 	want := http.Header{
 		"Content-Type":   {"text/plain"},
 		"Content-Length": {"5"},
@@ -307,7 +348,7 @@ func TestCopyResponse(t *testing.T) {
 	if dst["X-Custom"][0] != "v" || dst["Content-Length"][0] != "5" {
 		t.Fatalf("fields share storage: %v", dst)
 	}
-	if n := testing.AllocsPerRun(100, func() { CopyResponse(http.Header{}, &src) }); n > 8 {
+	if n := testing.AllocsPerRun(100, func() { CopyResponse(http.Header{}, &src, nil) }); n > 8 {
 		t.Errorf("%v allocations for 5 fields", n)
 	}
 }

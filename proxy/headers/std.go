@@ -51,8 +51,9 @@ func StdRequest(h http.Header, hop Hop) {
 }
 
 // StdResponse applies the response rules to the header of a response
-// received through net/http's Transport, going to the client.
-func StdResponse(h http.Header) {
+// received through net/http's Transport, going to the client; via, if
+// set, is appended to Via.
+func StdResponse(h http.Header, via []byte) {
 	delete(h, "Transfer-Encoding")
-	response(Std(h), scanStd(h), false)
+	response(Std(h), scanStd(h), false, via)
 }

@@ -44,6 +44,7 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 	}
 	for _, l := range cfg.Listeners {
 		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), MaxInFlight: int64(l.Limits.MaxInFlight), TrustForwarded: l.Headers.TrustForwarded,
+			Via10: via("1.0", l.Headers.Via), Via11: via("1.1", l.Headers.Via), Via2: via("2", l.Headers.Via),
 			TrustedProxies: trustedProxies(l.Headers.TrustedProxies)}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
@@ -86,10 +87,23 @@ type Table struct {
 	// The listener's settings a reload changes live:
 	// limits.max_body_bytes (0: none), limits.max_in_flight (0: none) and
 	// headers.trust_forwarded.
-	MaxBodyBytes   int64
-	MaxInFlight    int64
-	TrustForwarded bool
-	TrustedProxies []netip.Prefix
+	MaxBodyBytes int64
+	MaxInFlight  int64
+	// Via10, Via11 and Via2 are what headers.via adds to Via for a
+	// message received in HTTP/1.0, HTTP/1.1 and HTTP/2 ("1.1 ebb"); nil
+	// when it is off.
+	Via10, Via11, Via2 []byte
+	TrustForwarded     bool
+	TrustedProxies     []netip.Prefix
+}
+
+// via returns the Via entry for a message received in version, or nil
+// when name is empty.
+func via(version, name string) []byte {
+	if name == "" {
+		return nil
+	}
+	return []byte(version + " " + name)
 }
 
 // Trusts reports whether the forwarding headers of peer are built on

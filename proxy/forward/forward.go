@@ -107,11 +107,18 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 	return rt, status
 }
 
-// Forward sends a routed, prepared request upstream: admit it to the
-// cluster (503 past its max_in_flight), pick an endpoint (503 when there
+// Forward sends a routed, prepared request upstream, unless its client
+// has left already (499, nothing sent): admit it to the cluster (503 past
+// its max_in_flight), pick an endpoint (503 when there
 // is none), count the request for the retry budget,
 // exchange, and map a failure to ebb's answer. It returns the status sent.
 func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
+	if c.Context().Err() != nil {
+		// The client is gone already (an HTTP/2 stream reset before its
+		// handler got this far, as in a rapid reset flood): nothing goes
+		// upstream for it.
+		return StatusClientClosed
+	}
 	if !rt.Cluster.Admit() {
 		l.countError(http.StatusServiceUnavailable)
 		c.Reply(http.StatusServiceUnavailable, MsgClusterBusy)

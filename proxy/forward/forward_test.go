@@ -21,7 +21,7 @@ type call struct {
 	replied int
 }
 
-func (c *call) Refuse() (int, string)             { return 0, "" }
+func (c *call) Refuse() (int, string)              { return 0, "" }
 func (c *call) Prepare(*route.Route) (int, string) { return 0, "" }
 func (c *call) Send(*route.Route, *cluster.Endpoint) (int, *cluster.Endpoint, error) {
 	c.sent++

@@ -15,7 +15,7 @@ go vet ./...
 go test -race -count=1 -timeout 14m ./...
 # Each fuzz target briefly, beyond its committed corpus, so that a
 # regression in parsing shows (a failing input is written to testdata/).
-for target in config:FuzzLoad proxy/headers:FuzzRequestRules proxy/h1:FuzzHTTP1Request proxy/h2:FuzzConn; do
+for target in config:FuzzLoad drain:FuzzPeek proxy/headers:FuzzRequestRules proxy/h1:FuzzHTTP1Request proxy/h1:FuzzHeadScan proxy/h2:FuzzConn; do
 	go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "./${target%%:*}/"
 done
 # The HTTP/2 engine on the newer Go release too (fetched once through the

@@ -34,6 +34,7 @@ type head struct {
 	line      int  // bytes of the current line seen so far
 	cr        bool // the last byte seen was CR
 	fresh     bool // nothing seen since expect
+	started   bool // a line with something on it has ended
 	err       error
 }
 
@@ -73,11 +74,13 @@ func (h *head) scan(b []byte) {
 			h.err, h.active = errBareLF, false
 			return
 		}
-		if h.line+i == 1 {
-			// CR LF alone: the head's end; its body follows.
+		if h.line+i == 1 && h.started {
+			// CR LF alone: the head's end; its body follows. (Before the
+			// request line, an empty line is skipped, RFC 9112 §2.2.)
 			h.active = false
 			return
 		}
+		h.started = h.started || h.line+i > 1
 		h.line, h.cr = 0, false
 		b = b[i+1:]
 	}

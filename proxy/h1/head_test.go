@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 )
@@ -59,4 +60,57 @@ func BenchmarkHeadScan(b *testing.B) {
 	if h.active || h.err != nil {
 		b.Fatal("the head was not seen whole")
 	}
+}
+
+// FuzzHeadScan: however a head's bytes are split into reads, the watcher
+// comes to the same verdict as on the bytes in one read, and it finds a
+// bare LF exactly when one comes before the head's end (CR LF CR LF).
+// The seed corpus is in testdata/fuzz/FuzzHeadScan.
+func FuzzHeadScan(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\nHost: a\n\n",
+		"POST / HTTP/1.1\r\nHost: a\r\n\r\nbody\nwith\nLFs",
+		"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+		"\r\n\r\n\n",
+	} {
+		f.Add([]byte(seed), uint16(len(seed)/2))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, at uint16) {
+		split := int(at) % (len(data) + 1)
+		one, two := newHead(), newHead()
+		one.scan(data)
+		two.scan(data[:split])
+		two.scan(data[split:])
+		if one.active != two.active || one.lineEnded != two.lineEnded || one.err != two.err {
+			t.Fatalf("split at %d: %+v, whole: %+v", split, two, one)
+		}
+		// The reference, line by line: a line not ending in CR LF before
+		// the head's end (its empty line, after the request line; empty
+		// lines before that are skipped). An LF first of all stops the
+		// scan.
+		bare := false
+		if len(data) == 0 || data[0] != '\n' {
+			started := false
+			for rest := data; ; {
+				i := bytes.IndexByte(rest, '\n')
+				if i < 0 {
+					break
+				}
+				line := rest[:i]
+				rest = rest[i+1:]
+				if !bytes.HasSuffix(line, []byte("\r")) {
+					bare = true
+					break
+				}
+				if len(line) == 1 && started {
+					break
+				}
+				started = started || len(line) > 1
+			}
+		}
+		if got := one.err != nil; got != bare {
+			t.Fatalf("%q: bare LF %v, want %v", data, got, bare)
+		}
+	})
 }

@@ -2,7 +2,7 @@
 # bench/run.sh: ebb against nginx and HAProxy as reverse proxies, over
 # HTTP/1.1 and HTTP/2 (h2c), and ebb in front of a gRPC server.
 #
-# One run measures up to three parts, each of one or more variants, with
+# One run measures up to seven parts, each of one or more variants, with
 # the rounds interleaved so that drift in the machine hits every proxy
 # alike. See bench/README.md for what the figures mean.
 #
@@ -17,6 +17,13 @@
 #   idle  memory per idle HTTP/2 connection: bench/idle-h2 opens IDLE_CONNS
 #         h2c connections, one request each, and holds them; the proxy's
 #         VmRSS before and after, over the connections
+#   idle-h1  the same over HTTP/1.1 keep-alive (bench/idle-h2 -proto h1),
+#         IDLE_H1_CONNS connections; every proxy that speaks HTTP/1.1
+#   slowloris  a normal client's latency (wrk, SLOW_CLIENT_CONNS
+#         connections) without and then during an attack of SLOW_CONNS slow
+#         connections (bench/slowloris: heads that never end, POST bodies a
+#         byte a second), and how many of those the proxy still holds after
+#         SLOW_HOLD seconds; ebb, nginx, HAProxy; not in the default PARTS
 #   grpc  unary gRPC calls (bench/grpc-bench) straight to a Go gRPC server
 #         ("direct") and through ebb (protocol: h2c upstream), nginx
 #         (grpc_pass) and HAProxy (proto h2 server)
@@ -28,7 +35,8 @@
 #          generator (wrk, h2load or the gRPC client)
 #
 # Knobs (environment):
-#   PARTS=h1,h2c,h2tls,idle,grpc   parts to run (any subset; commas or spaces)
+#   PARTS=h1,h2c,h2tls,idle,idle-h1,grpc   parts to run (any subset; commas
+#                 or spaces; slowloris too)
 #   DURATION=10   seconds per measured run
 #   ROUNDS=5      measured runs per proxy and variant (the median is kept)
 #   WARMUP=2      seconds of unmeasured load per proxy before each variant
@@ -36,6 +44,9 @@
 #   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c and h2tls parts)
 #   H2_WIDE_CONNS=100          h2load -c of the h2c part's one-stream variant
 #   IDLE_CONNS=2000            connections the idle part holds
+#   IDLE_H1_CONNS=10000        connections the idle-h1 part holds
+#   SLOW_CONNS=1000 SLOW_HOLD=30 SLOW_CLIENT_CONNS=8   slowloris: attack
+#                 connections, seconds the attack lasts, wrk's connections
 #   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
 #   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
 #                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
@@ -54,7 +65,7 @@
 #   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
 set -euo pipefail
 
-PARTS=${PARTS:-h1,h2c,h2tls,idle,grpc}
+PARTS=${PARTS:-h1,h2c,h2tls,idle,idle-h1,grpc}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-2}
@@ -63,6 +74,10 @@ H2_CONNS=${H2_CONNS:-8}
 H2_STREAMS=${H2_STREAMS:-16}
 H2_WIDE_CONNS=${H2_WIDE_CONNS:-100}
 IDLE_CONNS=${IDLE_CONNS:-2000}
+IDLE_H1_CONNS=${IDLE_H1_CONNS:-10000}
+SLOW_CONNS=${SLOW_CONNS:-1000}
+SLOW_HOLD=${SLOW_HOLD:-30}
+SLOW_CLIENT_CONNS=${SLOW_CLIENT_CONNS:-8}
 EBB_TLS_PORT=${EBB_TLS_PORT:-18092}
 NGINX_TLS_PORT=${NGINX_TLS_PORT:-18093}
 HAPROXY_TLS_PORT=${HAPROXY_TLS_PORT:-18094}
@@ -103,12 +118,12 @@ die() { log "FATAL: $*"; exit 1; }
 
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
-	case $part in h1 | h2c | h2tls | idle | grpc) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, idle, grpc)" ;; esac
+	case $part in h1 | h2c | h2tls | idle | idle-h1 | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, idle, idle-h1, grpc, slowloris)" ;; esac
 done
 ((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
 has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
 PARTS_RUN=""
-for part in h1 h2c h2tls idle grpc; do
+for part in h1 h2c h2tls idle idle-h1 grpc slowloris; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
@@ -121,10 +136,38 @@ for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
 [[ $(nproc --all) -ge 2 ]] || die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"
-for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS; do
+for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS; do
 	[[ ${!knob} =~ ^[0-9]+$ && ${!knob} -gt 0 ]] || die "$knob must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
+# The client's run under attack starts once the slow connections are open
+# (a second or two) and must end before the attack does.
+if has_part slowloris && ((SLOW_HOLD < DURATION + 5)); then
+	die "SLOW_HOLD ($SLOW_HOLD s) must be at least DURATION + 5 ($((DURATION + 5)) s)"
+fi
+
+# Open files: the most connections a part holds, plus room for the
+# upstream connections, listeners and logs. The load tools and the proxies
+# inherit the limit (HAProxy raises its own from maxconn; Go raises its
+# soft limit to the hard one). Above the hard limit only root may go.
+MOST_CONNS=$CONNS
+if has_part idle && ((IDLE_CONNS > MOST_CONNS)); then MOST_CONNS=$IDLE_CONNS; fi
+if has_part idle-h1 && ((IDLE_H1_CONNS > MOST_CONNS)); then MOST_CONNS=$IDLE_H1_CONNS; fi
+if has_part slowloris && ((SLOW_CONNS + SLOW_CLIENT_CONNS > MOST_CONNS)); then MOST_CONNS=$((SLOW_CONNS + SLOW_CLIENT_CONNS)); fi
+NOFILE=$((MOST_CONNS + 1024))
+if [[ $(ulimit -Sn) != unlimited ]] && (($(ulimit -Sn) < NOFILE)); then
+	if [[ $(ulimit -Hn) == unlimited ]] || (($(ulimit -Hn) >= NOFILE)); then
+		ulimit -Sn "$NOFILE"
+	else
+		ulimit -n "$NOFILE" 2>/dev/null ||
+			die "needs $NOFILE open files (ulimit -n) for $MOST_CONNS connections; the hard limit is $(ulimit -Hn) (raise it, or run as root)"
+	fi
+fi
+# Every connection of a part comes from 127.0.0.1 to one port: it needs as
+# many local ports.
+read -r PORT_LO PORT_HI </proc/sys/net/ipv4/ip_local_port_range
+((MOST_CONNS + 1000 <= PORT_HI - PORT_LO)) ||
+	die "$MOST_CONNS connections need more local ports than net.ipv4.ip_local_port_range ($PORT_LO-$PORT_HI) has"
 for c in $GRPC_CONCURRENCY; do
 	[[ $c =~ ^[0-9]+$ && $c -gt 0 ]] || die "GRPC_CONCURRENCY must be positive integers"
 done
@@ -256,8 +299,11 @@ fi
 if has_part grpc; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/grpc-bench" ./bench/grpc-bench) || die "go build ./bench/grpc-bench failed"
 fi
-if has_part idle; then
+if has_part idle || has_part idle-h1; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/idle-h2" ./bench/idle-h2) || die "go build ./bench/idle-h2 failed"
+fi
+if has_part slowloris; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/slowloris" ./bench/slowloris) || die "go build ./bench/slowloris failed"
 fi
 if has_part h2tls; then
 	# A throwaway certificate for 127.0.0.1 (HAProxy wants certificate and
@@ -325,6 +371,15 @@ http {
         default_type application/octet-stream;
         location = /    { return 200 "$SMALL_BODY"; }
         location = /64k { root $WORK/origin/html; }
+        # The slowloris part's POSTs: an application reads the whole body
+        # before it answers; "return" would answer at once. nginx reads
+        # the body (proxy_request_buffering), then asks itself for /.
+        location = /slow {
+            proxy_pass http://127.0.0.1:$ORIGIN_PORT/;
+            proxy_method GET;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+        }
     }
 }
 EOF
@@ -337,6 +392,12 @@ start_origin() {
 	wait_port origin "$ORIGIN_PORT" "$WORK/origin/error.log"
 	check_body origin "$ORIGIN_PORT" / "$SMALL_BYTES"
 	check_body origin "$ORIGIN_PORT" /64k "$LARGE_BYTES"
+	if has_part slowloris; then
+		local got
+		got=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code} %{size_download}' --data-binary xyz \
+			"http://127.0.0.1:$ORIGIN_PORT/slow") || die "origin: curl -d xyz http://127.0.0.1:$ORIGIN_PORT/slow failed"
+		[[ $got == "200 $SMALL_BYTES" ]] || die "origin: POST /slow answered '$got' (status, bytes); want '200 $SMALL_BYTES'"
+	fi
 }
 
 # The gRPC server (grpc part): bench/grpc-bench -mode server on CPU 1, in
@@ -530,6 +591,7 @@ global
 
 defaults
     mode http
+    maxconn 4096
     option http-keep-alive
     http-reuse always
     timeout connect 2s
@@ -547,6 +609,19 @@ backend origin
     server origin 127.0.0.1:$ORIGIN_PORT
 EOF
 
+# The idle-h1 part holds more connections than the others allow: nginx and
+# HAProxy get a copy of their configuration sized for them (not used
+# elsewhere: nginx allocates its worker_connections up front, which would
+# inflate its peak RSS in the other parts). HAProxy wants two descriptors
+# per connection it may hold (client and server side) and by default
+# (strict-limits) refuses to start below that; idle client connections
+# hold no server connection, so one each is enough: "no strict-limits"
+# lets it start with a warning where the hard limit is lower.
+WIDE_CONNS=$((IDLE_H1_CONNS + 1024))
+sed "s/worker_connections 4096;/worker_connections $WIDE_CONNS;/" "$WORK/nginx/nginx.conf" >"$WORK/nginx/nginx-wide.conf"
+sed -e "s/maxconn 4096$/maxconn $WIDE_CONNS/" -e 's/^    nbthread 1$/&\n    no strict-limits/' \
+	"$WORK/haproxy/haproxy.cfg" >"$WORK/haproxy/haproxy-wide.cfg"
+
 # start_proxy NAME VARIANT: start it pinned to CPU 0 and check that it
 # answers as the variant needs (HTTP/1.1 bodies; h2c; gRPC calls).
 start_proxy() {
@@ -554,6 +629,7 @@ start_proxy() {
 	[[ $name != direct ]] || return 0
 	case $name in
 	ebb)
+		# limits.max_connections defaults to 20000: enough for idle-h1.
 		local conf=$WORK/ebb/ebb.yaml
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
@@ -565,11 +641,11 @@ start_proxy() {
 		;;
 	nginx)
 		taskset -c "$PROXY_CPU" nginx -p "$WORK/nginx" -e "${LOGF[nginx]}" \
-			-c "$WORK/nginx/nginx.conf" >"$WORK/nginx/stdout.log" 2>&1 &
+			-c "$WORK/nginx/nginx${V_WIDE[$v]:+-wide}.conf" >"$WORK/nginx/stdout.log" 2>&1 &
 		;;
 	haproxy)
 		# -db: foreground, a single process (no master-worker).
-		taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy.cfg" \
+		taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy${V_WIDE[$v]:+-wide}.cfg" \
 			>"${LOGF[haproxy]}" 2>&1 &
 		;;
 	fasthttp)
@@ -748,7 +824,7 @@ median() {
 # flight), label, targets (the proxies measured, or direct).
 read -r -a PROXY_LIST <<<"$PROXIES"
 VARIANTS=()
-declare -A V_KIND=() V_PATH=() V_CONNS=() V_STREAMS=() V_SCHEME=() V_LABEL=() V_TARGETS=()
+declare -A V_KIND=() V_PATH=() V_CONNS=() V_STREAMS=() V_SCHEME=() V_LABEL=() V_TARGETS=() V_WIDE=()
 if has_part h1; then
 	VARIANTS+=(small large latency)
 	V_KIND+=([small]=wrk [large]=wrk [latency]=wrk)
@@ -858,6 +934,35 @@ profile_ebb() {
 	log "  profile summary: $PROFILE_FILE"
 }
 
+# measure_run VARIANT ROUND TARGET: one measured run of the variant's load
+# against TARGET, its figures appended to runs.tsv.
+measure_run() {
+	local v=$1 r=$2 p=$3 out t0 t1 c0 c1 res rps reqs p50 p99 non2xx errs ticks cpu_us other
+	out=$WORK/load-$v-$p-$r.txt
+	t0=$(cpu_ticks "$p")
+	c0=$(cpu0_ticks)
+	run_load "$v" "$p" "$out" "$DURATION"
+	t1=$(cpu_ticks "$p")
+	c1=$(cpu0_ticks)
+	res=$(parse_load "$v" "$out")
+	read -r rps reqs p50 p99 non2xx errs <<<"$res"
+	ticks=$((t1 - t0))
+	if [[ $p == direct ]]; then
+		cpu_us=NaN
+	else
+		cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+	fi
+	other=$(awk -v o="$((c1 - c0 - ticks))" -v hz="$CLK_TCK" -v d="$DURATION" \
+		'BEGIN { if (o < 0) o = 0; printf "%.1f", 100 * o / hz / d }')
+	printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+		"$v" "$((r + 1))" "$p" "$rps" "$reqs" "$ticks" "$cpu_us" "$p50" "$p99" "$non2xx" "$errs" "$other" >>"$RUNS"
+	log "  round $((r + 1))/$ROUNDS $p: $rps req/s, $cpu_us µs CPU/req, p50 ${p50} µs, p99 ${p99} µs, others on CPU $PROXY_CPU: ${other}%"
+	if [[ $non2xx != 0 || $errs != 0 ]]; then
+		ERRORS+=("$v round $((r + 1)) $p: $non2xx non-2xx responses, $errs errors")
+		log "  WARNING: $p: $non2xx non-2xx responses, $errs errors (output: $out)"
+	fi
+}
+
 start_origin
 
 # Calibration: wrk straight to the origin, wrk on CPU 0 (where the proxies
@@ -887,30 +992,7 @@ for v in "${VARIANTS[@]}"; do
 	for ((r = 0; r < ROUNDS; r++)); do
 		# Rotate the order each round: round r starts with target r mod NT.
 		for ((i = 0; i < NT; i++)); do
-			p=${TARGETS[$(((r + i) % NT))]}
-			out=$WORK/load-$v-$p-$r.txt
-			t0=$(cpu_ticks "$p")
-			c0=$(cpu0_ticks)
-			run_load "$v" "$p" "$out" "$DURATION"
-			t1=$(cpu_ticks "$p")
-			c1=$(cpu0_ticks)
-			res=$(parse_load "$v" "$out")
-			read -r rps reqs p50 p99 non2xx errs <<<"$res"
-			ticks=$((t1 - t0))
-			if [[ $p == direct ]]; then
-				cpu_us=NaN
-			else
-				cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
-			fi
-			other=$(awk -v o="$((c1 - c0 - ticks))" -v hz="$CLK_TCK" -v d="$DURATION" \
-				'BEGIN { if (o < 0) o = 0; printf "%.1f", 100 * o / hz / d }')
-			printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-				"$v" "$((r + 1))" "$p" "$rps" "$reqs" "$ticks" "$cpu_us" "$p50" "$p99" "$non2xx" "$errs" "$other" >>"$RUNS"
-			log "  round $((r + 1))/$ROUNDS $p: $rps req/s, $cpu_us µs CPU/req, p50 ${p50} µs, p99 ${p99} µs, others on CPU $PROXY_CPU: ${other}%"
-			if [[ $non2xx != 0 || $errs != 0 ]]; then
-				ERRORS+=("$v round $((r + 1)) $p: $non2xx non-2xx responses, $errs errors")
-				log "  WARNING: $p: $non2xx non-2xx responses, $errs errors (output: $out)"
-			fi
+			measure_run "$v" "$r" "${TARGETS[$(((r + i) % NT))]}"
 		done
 	done
 	for p in "${TARGETS[@]}"; do
@@ -924,10 +1006,46 @@ for v in "${VARIANTS[@]}"; do
 done
 stop_pid grpc-server
 
-# The idle part: each proxy, fresh, gets IDLE_CONNS h2c connections that
-# make one request each and then stay open; what they cost is the growth
-# of its VmRSS (nginx: the worker's).
-declare -A IDLE_BEFORE=() IDLE_AFTER=()
+# The idle parts: each proxy, fresh, gets connections that make one
+# request each and then stay open (idle: IDLE_CONNS over h2c; idle-h1:
+# IDLE_H1_CONNS over HTTP/1.1 keep-alive); what they cost is the growth of
+# its VmRSS (nginx: the worker's).
+declare -A IDLE_BEFORE=() IDLE_AFTER=() # part,proxy -> VmRSS kB
+
+# vmrss_kb PID
+vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# measure_idle PART PROXY PROTO PORT CONNS: start PROXY for PART, have
+# bench/idle-h2 -proto PROTO open CONNS connections to PORT, read the
+# VmRSS before and with them, then check that the proxy still held every
+# one of them.
+measure_idle() {
+	local part=$1 p=$2 proto=$3 port=$4 n=$5 w out i held
+	start_proxy "$p" "$part"
+	w=$(worker_pid "$p")
+	IDLE_BEFORE[$part,$p]=$(vmrss_kb "$w")
+	out=$WORK/$part-$p.txt
+	# -hold is a bound: stop_pid below ends the hold.
+	timeout --kill-after=5 300 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" -proto "$proto" \
+		-target "127.0.0.1:$port" -conns "$n" -hold 240s >"$out" 2>&1 &
+	PID[idle-load]=$!
+	for ((i = 0; i < 1200; i++)); do # up to 120 s
+		grep -q '^ready' "$out" && break
+		alive "${PID[idle-load]}" || break
+		sleep 0.1
+	done
+	grep -q '^ready' "$out" || { cat "$out" >&2; die "idle-h2 could not open $n $proto connections to $p"; }
+	sleep 1 # let the proxy finish with the last answers
+	IDLE_AFTER[$part,$p]=$(vmrss_kb "$w")
+	stop_pid idle-load # on SIGTERM idle-h2 counts the connections still open, then closes them
+	held=$(awk '$1 == "alive" { print $2 }' "$out")
+	log "  $p: VmRSS ${IDLE_BEFORE[$part,$p]} kB, then ${IDLE_AFTER[$part,$p]} kB; ${held:-?} of $n connections still open at the end"
+	if [[ $held != "$n" ]]; then
+		ERRORS+=("$part $p: ${held:-?} of $n idle connections were still open after the measurement (it undercounts)")
+	fi
+	stop_pid "$p"
+}
+
 IDLE_TARGETS=()
 if has_part idle; then
 	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || IDLE_TARGETS+=("$p"); done
@@ -936,24 +1054,83 @@ if has_part idle; then
 	V_SCHEME[idle]=http
 	for p in "${IDLE_TARGETS[@]}"; do
 		log "idle: $IDLE_CONNS idle HTTP/2 connections to $p"
-		start_proxy "$p" idle
-		w=$(worker_pid "$p")
-		IDLE_BEFORE[$p]=$(awk '/^VmRSS:/ { print $2 }' "/proc/$w/status")
-		out=$WORK/idle-$p.txt
-		timeout --kill-after=5 120 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" \
-			-target "127.0.0.1:${H2C_PORT[$p]}" -conns "$IDLE_CONNS" -hold 60s >"$out" 2>&1 &
-		PID[idle-load]=$!
-		for ((i = 0; i < 600; i++)); do # up to 60 s
-			grep -q '^ready' "$out" && break
-			alive "${PID[idle-load]}" || break
-			sleep 0.1
-		done
-		grep -q '^ready' "$out" || { cat "$out" >&2; die "idle-h2 could not open $IDLE_CONNS connections to $p"; }
-		IDLE_AFTER[$p]=$(awk '/^VmRSS:/ { print $2 }' "/proc/$w/status")
-		log "  $p: VmRSS ${IDLE_BEFORE[$p]} kB, then ${IDLE_AFTER[$p]} kB"
-		stop_pid idle-load
-		stop_pid "$p"
+		measure_idle idle "$p" h2c "${H2C_PORT[$p]}" "$IDLE_CONNS"
 	done
+fi
+IDLE_H1_TARGETS=()
+if has_part idle-h1; then
+	IDLE_H1_TARGETS=("${PROXY_LIST[@]}")
+	V_KIND[idle-h1]=wrk
+	V_WIDE[idle-h1]=1 # nginx and HAProxy sized for IDLE_H1_CONNS
+	for p in "${IDLE_H1_TARGETS[@]}"; do
+		log "idle-h1: $IDLE_H1_CONNS idle HTTP/1.1 keep-alive connections to $p"
+		measure_idle idle-h1 "$p" h1 "${PORT[$p]}" "$IDLE_H1_CONNS"
+	done
+fi
+
+# The slowloris part. Each round, for each proxy in turn: a wrk run alone
+# (variant slow-base), then bench/slowloris opens SLOW_CONNS slow
+# connections and, once they are all open, the same wrk run again
+# (slow-attack); the attack lasts SLOW_HOLD seconds from its start, and its
+# summary says how many connections the proxy still held at the end.
+SLOW_TARGETS=()
+SLOW=$WORK/slowloris.tsv # one line per attack
+printf 'round\tproxy\topened\topen\theads_open\tbodies_open\theads_cut_p50_s\tbodies_cut_p50_s\tanswers\n' >"$SLOW"
+
+# slow_attack ROUND PROXY
+slow_attack() {
+	local r=$1 p=$2 out i opened line
+	out=$WORK/slowloris-$p-$r.txt
+	timeout --kill-after=5 $((SLOW_HOLD + 30)) taskset -c "$LOAD_CPU" "$WORK/bin/slowloris" \
+		-target "127.0.0.1:${PORT[$p]}" -conns "$SLOW_CONNS" -duration "${SLOW_HOLD}s" -path /slow >"$out" 2>&1 &
+	PID[slowloris]=$!
+	for ((i = 0; i < 300; i++)); do # up to 30 s
+		grep -q '^ready' "$out" && break
+		alive "${PID[slowloris]}" || break
+		sleep 0.1
+	done
+	grep -q '^ready' "$out" || { cat "$out" >&2; die "slowloris did not get going against $p"; }
+	opened=$(sed -n 's/^ready opened=\([0-9]*\).*/\1/p' "$out")
+	if [[ $opened != "$SLOW_CONNS" ]]; then
+		ERRORS+=("slowloris round $((r + 1)) $p: ${opened:-?} of $SLOW_CONNS attack connections opened")
+	fi
+	measure_run slow-attack "$r" "$p"
+	wait "${PID[slowloris]}" || { cat "$out" >&2; die "slowloris failed against $p"; }
+	unset "PID[slowloris]"
+	line=$(grep '^conns=' "$out") || { cat "$out" >&2; die "cannot parse slowloris output $out"; }
+	awk -v r="$((r + 1))" -v p="$p" '{
+		for (i = 1; i <= NF; i++) { split($i, kv, "="); m[kv[1]] = kv[2] }
+		printf "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r, p, m["headers"] + m["bodies"], m["open"],
+			m["headers_open"], m["bodies_open"], m["headers_cut_p50_s"], m["bodies_cut_p50_s"], m["answers"]
+	}' <<<"$line" >>"$SLOW"
+	log "  $p under attack: $(tail -n 1 "$SLOW" | awk -F'\t' '{ printf "%d of %d slow connections open after %s s (heads %d, bodies %d); cut after %s s (heads), %s s (bodies) at the median; answers %s", $4, $3, s, $5, $6, $7, $8, $9 }' s="$SLOW_HOLD")"
+}
+
+if has_part slowloris; then
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || SLOW_TARGETS+=("$p"); done
+	((${#SLOW_TARGETS[@]} > 0)) || die "the slowloris part needs ebb, nginx or haproxy in PROXIES"
+	V_KIND+=([slowloris]=wrk [slow-base]=wrk [slow-attack]=wrk)
+	V_PATH+=([slow-base]=/ [slow-attack]=/)
+	V_CONNS+=([slow-base]=$SLOW_CLIENT_CONNS [slow-attack]=$SLOW_CLIENT_CONNS)
+	V_LABEL[slow-base]="HTTP/1.1, $SMALL_BYTES-byte body, $SLOW_CLIENT_CONNS connections, alone"
+	V_LABEL[slow-attack]="HTTP/1.1, $SMALL_BYTES-byte body, $SLOW_CLIENT_CONNS connections, with $SLOW_CONNS slow connections"
+	log "slowloris: $SLOW_CONNS slow connections for ${SLOW_HOLD}s against each of ${SLOW_TARGETS[*]}"
+	for p in "${SLOW_TARGETS[@]}"; do start_proxy "$p" slowloris; done
+	if ((WARMUP > 0)); then
+		for p in "${SLOW_TARGETS[@]}"; do
+			log "  warm-up $p (${WARMUP}s)"
+			run_load slow-base "$p" "$WORK/warmup-slowloris-$p.txt" "$WARMUP"
+		done
+	fi
+	NT=${#SLOW_TARGETS[@]}
+	for ((r = 0; r < ROUNDS; r++)); do
+		for ((i = 0; i < NT; i++)); do
+			p=${SLOW_TARGETS[$(((r + i) % NT))]}
+			measure_run slow-base "$r" "$p"
+			slow_attack "$r" "$p"
+		done
+	done
+	for p in "${SLOW_TARGETS[@]}"; do stop_pid "$p"; done
 fi
 
 # ---------------------------------------------------------------------------
@@ -991,6 +1168,16 @@ fmt_rss() {
 	if [[ -z $k ]]; then echo "–"; else awk -v k="$k" 'BEGIN { printf "%.1f MiB", k / 1024 }'; fi
 }
 
+# slow_col PROXY COLUMN: the median of a column of slowloris.tsv, NaN
+# (nothing cut) left out.
+slow_col() {
+	awk -F'\t' -v p="$1" -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
+		$2 == p && $k != "NaN" { print $k }' "$SLOW" | median
+}
+
+# fmt_s SECONDS: "10.2 s", "–" for NaN.
+fmt_s() { awk -v x="$1" 'BEGIN { if (x == "NaN") print "–"; else printf "%.1f s", x }'; }
+
 # headline VARIANT: ebb's ratios against nginx and HAProxy (and fasthttp-bare).
 headline() {
 	local v=$1 o name
@@ -1007,7 +1194,8 @@ has_part grpc && ORIGINS+="; the gRPC server for gRPC"
 LOADGENS="\`taskset -c $LOAD_CPU wrk -t1\`"
 has_part h2c && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS\` and \`-c$H2_WIDE_CONNS -m1\`"
 has_part h2tls && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS https://\`"
-has_part idle && LOADGENS+=", bench/idle-h2"
+if has_part idle || has_part idle-h1; then LOADGENS+=", bench/idle-h2"; fi
+has_part slowloris && LOADGENS+=", bench/slowloris"
 has_part grpc && LOADGENS+=", the gRPC client"
 {
 	echo "# ebb benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -1023,7 +1211,9 @@ has_part grpc && LOADGENS+=", the gRPC client"
 	echo "- $(nproc --all) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r)"
 	echo "- proxy on CPU $PROXY_CPU; origin ($ORIGINS) and $LOADGENS on CPU $LOAD_CPU"
 	echo "- parts: $PARTS_RUN; ${DURATION}s per run, $ROUNDS interleaved rounds, ${WARMUP}s warm-up; figures are medians over rounds"
-	echo "- other processes on CPU $PROXY_CPU during the measured runs: median $OTHER_MED%, max $OTHER_MAX%"
+	if [[ $OTHER_MED != NaN ]]; then
+		echo "- other processes on CPU $PROXY_CPU during the measured runs: median $OTHER_MED%, max $OTHER_MAX%"
+	fi
 	if awk -v m="$OTHER_MAX" 'BEGIN { exit !(m > 5) }'; then
 		echo "- **warning: the machine was not quiet; req/s and latency are disturbed (µs CPU/req less so)**"
 	fi
@@ -1089,15 +1279,40 @@ has_part grpc && LOADGENS+=", the gRPC client"
 			echo "ebb's CPU and allocation profile under the h2c load: \`results/$(basename "$PROFILE_FILE")\`."
 		fi
 	fi
-	if ((${#IDLE_TARGETS[@]} > 0)); then
+	for part in idle idle-h1; do
+		if [[ $part == idle ]]; then
+			targets=("${IDLE_TARGETS[@]}") n=$IDLE_CONNS
+			title="Memory per idle HTTP/2 connection, $IDLE_CONNS connections (bench/idle-h2)"
+		else
+			targets=("${IDLE_H1_TARGETS[@]}") n=$IDLE_H1_CONNS
+			title="Memory per idle HTTP/1.1 keep-alive connection, $IDLE_H1_CONNS connections (bench/idle-h2 -proto h1)"
+		fi
+		((${#targets[@]} > 0)) || continue
 		echo
-		echo "## Memory per idle HTTP/2 connection, $IDLE_CONNS connections (bench/idle-h2)"
+		echo "## $title"
 		echo
 		echo "| proxy | VmRSS before | with the connections | per connection |"
 		echo "|---|---:|---:|---:|"
-		for p in "${IDLE_TARGETS[@]}"; do
-			awk -v p="$p" -v a="${IDLE_BEFORE[$p]}" -v b="${IDLE_AFTER[$p]}" -v n="$IDLE_CONNS" \
+		for p in "${targets[@]}"; do
+			awk -v p="$p" -v a="${IDLE_BEFORE[$part,$p]}" -v b="${IDLE_AFTER[$part,$p]}" -v n="$n" \
 				'BEGIN { printf "| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", p, a / 1024, b / 1024, (b - a) / n }'
+		done
+	done
+	if ((${#SLOW_TARGETS[@]} > 0)); then
+		echo
+		echo "## Slowloris: $SLOW_CONNS slow connections for ${SLOW_HOLD}s, a client at $SLOW_CLIENT_CONNS connections (bench/slowloris, wrk)"
+		echo
+		echo "Half the slow connections send a request head a header line every 5 s and never end it, half a POST body (Content-Length: 65536) a byte a second. The client's latency alone, then during the attack's first ${DURATION}s; the slow connections the proxy still held when the attack ended (of those opened), and when it cut the others (median, seconds after they opened)."
+		echo
+		echo "| proxy | req/s alone | req/s attacked | p99 alone | p99 attacked | slow conns open at ${SLOW_HOLD}s | heads cut after | bodies cut after | answers to the attack (last round) |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+		for p in "${SLOW_TARGETS[@]}"; do
+			printf '| %s | %.0f | %.0f | %s | %s | %s of %s | %s | %s | %s |\n' "$p" \
+				"$(col slow-base "$p" rps)" "$(col slow-attack "$p" rps)" \
+				"$(fmt_us "$(col slow-base "$p" p99_us)")" "$(fmt_us "$(col slow-attack "$p" p99_us)")" \
+				"$(slow_col "$p" open)" "$(slow_col "$p" opened)" \
+				"$(fmt_s "$(slow_col "$p" heads_cut_p50_s)")" "$(fmt_s "$(slow_col "$p" bodies_cut_p50_s)")" \
+				"$(awk -F'\t' -v p="$p" '$2 == p { a = $9 } END { gsub(",", ", ", a); print a }' "$SLOW")"
 		done
 	fi
 	echo
@@ -1108,12 +1323,22 @@ has_part grpc && LOADGENS+=", the gRPC client"
 	else
 		for e in "${ERRORS[@]}"; do echo "- $e"; done
 	fi
-	echo
-	echo "## Raw runs"
-	echo
-	echo '```'
-	column -t -s $'\t' "$RUNS" 2>/dev/null || cat "$RUNS"
-	echo '```'
+	if (($(wc -l <"$RUNS") > 1)); then
+		echo
+		echo "## Raw runs"
+		echo
+		echo '```'
+		column -t -s $'\t' "$RUNS" 2>/dev/null || cat "$RUNS"
+		echo '```'
+	fi
+	if ((${#SLOW_TARGETS[@]} > 0)); then
+		echo
+		echo "Slowloris attacks (open: slow connections still open at the end; cut times: medians, seconds after they opened):"
+		echo
+		echo '```'
+		column -t -s $'\t' "$SLOW" 2>/dev/null || cat "$SLOW"
+		echo '```'
+	fi
 } >"$REPORT"
 
 cat "$REPORT"

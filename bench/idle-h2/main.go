@@ -1,41 +1,59 @@
-// Command idle-h2 opens many HTTP/2 connections (cleartext, prior
-// knowledge) to a proxy, makes one request on each, and then holds them
-// open and idle, so that bench/run.sh can measure what an idle HTTP/2
-// connection costs the proxy in memory. It prints "ready N" once every
-// connection has had its answer, and exits when its standard input
-// closes (or after -hold).
+// Command idle-h2 opens many connections to a proxy, makes one request on
+// each, and then holds them open and idle, so that bench/run.sh can
+// measure what an idle connection costs the proxy in memory: HTTP/2 in
+// cleartext with prior knowledge (-proto h2c, the default, whence the
+// name) or HTTP/1.1 keep-alive (-proto h1).
+//
+// It prints "ready N" once every connection has had its answer, then
+// holds them until SIGTERM or SIGINT (or -hold), and before closing them
+// prints "alive N closed M": how many the proxy still held open, so that
+// the caller knows its measurement saw them all.
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
-
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 func main() {
+	proto := flag.String("proto", "h2c", "h2c (HTTP/2, prior knowledge) or h1 (HTTP/1.1 keep-alive)")
 	target := flag.String("target", "127.0.0.1:18080", "host:port of the proxy")
 	conns := flag.Int("conns", 2000, "connections to open")
 	path := flag.String("path", "/", "path of the one request made on each connection")
 	hold := flag.Duration("hold", 5*time.Minute, "longest time to hold the connections")
+	parallel := flag.Int("parallel", 64, "connections being opened at once")
 	flag.Parse()
 	log.SetFlags(0)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	var connect func(ctx context.Context, target, path string) (net.Conn, error)
+	switch *proto {
+	case "h2c":
+		connect = connectH2C
+	case "h1":
+		connect = connectH1
+	default:
+		log.Fatalf("idle-h2: -proto %q: want h2c or h1", *proto)
+	}
+	if *conns < 1 || *parallel < 1 {
+		log.Fatal("idle-h2: -conns and -parallel must be positive")
+	}
+
+	// The signal ends the hold; before that it stops the opening too.
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sigCtx, time.Minute)
 	defer cancel()
 	open := make([]net.Conn, *conns)
 	errs := make([]error, *conns)
-	sem := make(chan struct{}, 64) // connections being opened at once
+	sem := make(chan struct{}, *parallel)
 	var wg sync.WaitGroup
 	for i := range open {
 		sem <- struct{}{}
@@ -46,26 +64,61 @@ func main() {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		closeAll(open)
 		log.Fatalf("idle-h2: %v", err)
 	}
 	fmt.Printf("ready %d\n", len(open))
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(*hold):
+
+	holdCtx, cancelHold := context.WithTimeout(sigCtx, *hold)
+	defer cancelHold()
+	<-holdCtx.Done()
+	alive := countAlive(open)
+	fmt.Printf("alive %d closed %d\n", alive, len(open)-alive)
+	closeAll(open)
+}
+
+// countAlive tells how many connections the peer still holds open: a
+// read that times out finds an open, silent connection; end of file, an
+// error or bytes (an HTTP/2 GOAWAY, say) count as not idle any more. All
+// reads share one short deadline, so the check takes that long at most.
+func countAlive(conns []net.Conn) int {
+	deadline := time.Now().Add(200 * time.Millisecond)
+	ok := make([]bool, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() {
+			if c.SetReadDeadline(deadline) != nil {
+				return
+			}
+			var b [1]byte
+			_, err := c.Read(b[:])
+			ok[i] = errors.Is(err, os.ErrDeadlineExceeded)
+		})
 	}
-	for _, c := range open {
-		c.Close()
+	wg.Wait()
+	n := 0
+	for _, alive := range ok {
+		if alive {
+			n++
+		}
+	}
+	return n
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
 	}
 }
 
-// connect opens one connection, exchanges SETTINGS and makes one GET,
-// reading frames until the answer has ended.
-func connect(ctx context.Context, target, path string) (net.Conn, error) {
+// dial opens a TCP connection bounded by ctx, with ctx's deadline on its
+// reads and writes until the caller clears it.
+func dial(ctx context.Context, target string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
@@ -74,56 +127,5 @@ func connect(ctx context.Context, target, path string) (net.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", target}, {":path", path}} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	bw := bufio.NewWriter(c)
-	fr := http2.NewFramer(bw, bufio.NewReader(c))
-	_, _ = io.WriteString(bw, http2.ClientPreface)
-	_ = fr.WriteSettings()
-	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
-	if err := bw.Flush(); err != nil {
-		c.Close()
-		return nil, err
-	}
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: %w", target, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = fr.WriteSettingsAck()
-			}
-		case *http2.DataFrame:
-			if f.StreamID == 1 && f.StreamEnded() {
-				return c, finish(c, bw)
-			}
-		case *http2.HeadersFrame:
-			if f.StreamID == 1 && f.StreamEnded() {
-				return c, finish(c, bw)
-			}
-		case *http2.RSTStreamFrame:
-			c.Close()
-			return nil, fmt.Errorf("%s: stream reset (%v)", target, f.ErrCode)
-		case *http2.GoAwayFrame:
-			c.Close()
-			return nil, fmt.Errorf("%s: GOAWAY (%v)", target, f.ErrCode)
-		}
-		if err := bw.Flush(); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-}
-
-func finish(c net.Conn, bw *bufio.Writer) error {
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	return c.SetDeadline(time.Time{})
+	return c, nil
 }

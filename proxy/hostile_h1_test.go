@@ -243,3 +243,41 @@ func TestHTTP1HeadOverTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadWatchOnKeepAlive: on a keep-alive connection, a later request
+// whose head has a bare LF gets 400 at once too; and pipelined requests
+// whose bodies hold bare LFs, read together, are served: the watcher
+// does not take a body for a head.
+func TestHeadWatchOnKeepAlive(t *testing.T) {
+	origin := newRawOrigin(t)
+	e := startEbb(t, singleClusterYAML(origin.addr))
+	read := func(br *bufio.Reader, want int) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("status %d, want %d", resp.StatusCode, want)
+		}
+	}
+	c := rawConn(t, e.addr("public"))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	read(br, 200)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\na\nb\nc")
+	read(br, 200)
+	io.WriteString(c, "GET / HTTP/1.1\nHost: a\n\n")
+	read(br, 400)
+
+	p := rawConn(t, e.addr("public"))
+	pr := bufio.NewReader(p)
+	io.WriteString(p, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\na\nb\nc"+
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\n\r\nd\n\ne\nf"+
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	for range 3 {
+		read(pr, 200)
+	}
+}

@@ -49,8 +49,15 @@ type call struct {
 // start of a drain).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	hd := headOf(ctx.Conn())
+	var body int64 = -1 // the request body's length, if known
 	if hd != nil {
 		hd.done()
+		switch cl := ctx.Request.Header.ContentLength(); {
+		case cl >= 0:
+			body = int64(cl)
+		case cl == -2:
+			body = 0 // neither Content-Length nor Transfer-Encoding: none
+		}
 	}
 	c := s.calls.Get().(*call)
 	c.ctx, c.conn, c.head = ctx, drain.ConnOf(ctx.Conn()), hd
@@ -82,7 +89,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		// connection that ends with this response: a request body still
 		// streaming to the upstream (full duplex) is read on it, or an
 		// upgraded protocol's bytes.)
-		hd.expect()
+		hd.expect(body)
 	}
 	*c = call{s: s}
 	s.calls.Put(c)

@@ -23,51 +23,55 @@ import (
 // head fasthttp still waits for is answered at once, and a head complete
 // already is refused by Handle (call.Refuse).
 //
-// It scans from expect (or the connection's start) until the head's
-// empty line, or Handle's start; the bytes of a pipelined request read
-// with the previous one are not seen, and an LF first in the first read
-// after expect, whose CR may have been among them, stops the scan. Owned
-// by the connection's reader.
+// It scans from the connection's start, and from expect when the bytes
+// read so far are exactly the previous request (its head and a body of
+// known length): then nothing of the next head is in the engine's buffer
+// unseen. Otherwise (a chunked body, pipelined bytes read with the
+// previous request) the next head is not watched, rather than watched
+// from the middle, where bytes of a body could pass for a head's. It
+// stops at the head's empty line, or at Handle's start. Owned by the
+// connection's reader.
 type head struct {
-	active    bool // scanning: between expect and the head's end
-	lineEnded bool // a line has ended since expect
-	line      int  // bytes of the current line seen so far
-	cr        bool // the last byte seen was CR
-	fresh     bool // nothing seen since expect
-	started   bool // a line with something on it has ended
+	watched   bool  // this head is watched (from its first byte)
+	active    bool  // scanning: the bytes read are the head's
+	lineEnded bool  // a line has ended since the head began
+	line      int   // bytes of the current line seen so far
+	cr        bool  // the last byte seen was CR
+	started   bool  // a line with something on it has ended
+	read      int64 // bytes read on the connection
+	end       int64 // where the head ended in them; -1: not seen
 	err       error
 }
 
 // errBareLF: a line of the request head ended with LF alone.
 var errBareLF = errors.New("h1: a bare LF in the request head")
 
-func newHead() head { return head{active: true, fresh: true} }
+func newHead() head { return head{watched: true, active: true, end: -1} }
 
-// expect marks that the next bytes read begin a request head.
-func (h *head) expect() { *h = newHead() }
+// expect marks the end of a request whose body was body bytes long (-1:
+// not known): the next bytes read begin the next head, watched if the
+// bytes read so far were exactly this request's.
+func (h *head) expect(body int64) {
+	known := h.end >= 0 && body >= 0 && h.read == h.end+body
+	*h = head{watched: known, active: known, end: -1, read: h.read}
+}
 
 // done marks the head read: what follows is its body.
 func (h *head) done() { h.active = false }
 
-// scan looks through b, read while the head is being read.
+// scan looks through b, read while the head is being read, at offset
+// h.read of the connection's bytes.
 func (h *head) scan(b []byte) {
-	if h.fresh && len(b) > 0 {
-		h.fresh = false
-		if b[0] == '\n' {
-			h.active = false
-			return
-		}
-	}
-	for h.active && len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
+	for off := 0; h.active && off < len(b); {
+		i := bytes.IndexByte(b[off:], '\n')
 		if i < 0 {
-			h.line += len(b)
+			h.line += len(b) - off
 			h.cr = b[len(b)-1] == '\r'
 			return
 		}
 		cr := h.cr
 		if i > 0 {
-			cr = b[i-1] == '\r'
+			cr = b[off+i-1] == '\r'
 		}
 		h.lineEnded = true
 		if !cr {
@@ -77,21 +81,22 @@ func (h *head) scan(b []byte) {
 		if h.line+i == 1 && h.started {
 			// CR LF alone: the head's end; its body follows. (Before the
 			// request line, an empty line is skipped, RFC 9112 §2.2.)
-			h.active = false
+			h.active, h.end = false, h.read+int64(off+i+1)
 			return
 		}
 		h.started = h.started || h.line+i > 1
 		h.line, h.cr = 0, false
-		b = b[i+1:]
+		off += i + 1
 	}
 }
 
-// read passes a read of n bytes of p through h, and returns what the
+// pass passes a read of n bytes of p through h, and returns what the
 // engine gets.
-func (h *head) read(p []byte, n int, err error) (int, error) {
+func (h *head) pass(p []byte, n int, err error) (int, error) {
 	if h.active && n > 0 {
 		h.scan(p[:n])
 	}
+	h.read += int64(n)
 	return n, err
 }
 
@@ -106,7 +111,7 @@ func (c *headConn) Read(p []byte) (int, error) {
 		return 0, c.h.err
 	}
 	n, err := c.Conn.Read(p)
-	return c.h.read(p, n, err)
+	return c.h.pass(p, n, err)
 }
 
 // NetConn returns the registry's connection (drain.ConnOf finds it).
@@ -125,7 +130,7 @@ func (c *tlsHeadConn) Read(p []byte) (int, error) {
 		return 0, c.h.err
 	}
 	n, err := c.Conn.Read(p)
-	return c.h.read(p, n, err)
+	return c.h.pass(p, n, err)
 }
 
 // headOf returns the head watcher of the engine's connection c, or nil.

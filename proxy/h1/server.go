@@ -109,7 +109,7 @@ func errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, errBareLF):
 		localReply(ctx, fasthttp.StatusBadRequest, msgBareLF)
 	case errors.As(err, &small):
-		if h := headOf(ctx.Conn()); h != nil && !h.lineEnded {
+		if h := headOf(ctx.Conn()); h != nil && h.watched && !h.lineEnded {
 			// The request line alone filled the buffer.
 			localReply(ctx, fasthttp.StatusRequestURITooLong, "ebb: request URI too long\n")
 			break

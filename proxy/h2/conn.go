@@ -44,9 +44,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/ebb-proxy/ebb/proxy/pace"
-	"golang.org/x/net/http2/hpack"
 )
 
 // ClientPreface is what an HTTP/2 client sends first (RFC 9113 §3.4).

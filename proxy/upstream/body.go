@@ -76,10 +76,10 @@ var errAttemptOver = errors.New("upstream: request body no longer sent on this a
 // a timed pace gives each read from conn its deadline, for a body
 // still on the socket, until the response begins (Answered). The caller
 // releases it.
-func AcquireBody(r io.Reader, conn *drain.Conn, limit, size int64, pace pace.Budget) *Body {
+func AcquireBody(r io.Reader, conn *drain.Conn, limit, size int64, p pace.Budget) *Body {
 	b := bodyPool.Get().(*Body)
-	b.r, b.conn, b.limit, b.size, b.pace = r, conn, limit, size, pace
-	b.deadline = conn != nil && pace.Timed()
+	b.r, b.conn, b.limit, b.size, b.pace = r, conn, limit, size, p
+	b.deadline = conn != nil && p.Timed()
 	b.refs.Store(1)
 	return b
 }

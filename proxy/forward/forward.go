@@ -77,7 +77,8 @@ type Call interface {
 }
 
 // Serve runs one request through the skeleton: the listener's
-// max_in_flight (503 past it); Refuse; route (404 when none matches); Prepare; Forward; Finish; metrics and the access log.
+// max_in_flight (503 past it); Refuse; route (404 when none matches);
+// Prepare; Forward; Finish; metrics and the access log.
 // host and path are the request's authority and path as sent. It returns
 // the route (nil if none) and the status sent.
 func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, host, path S, start time.Time) (*route.Route, int) {
@@ -109,9 +110,9 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 
 // Forward sends a routed, prepared request upstream, unless its client
 // has left already (499, nothing sent): admit it to the cluster (503 past
-// its max_in_flight), pick an endpoint (503 when there
-// is none), count the request for the retry budget,
-// exchange, and map a failure to ebb's answer. It returns the status sent.
+// its max_in_flight), pick an endpoint (503 when there is none), count
+// the request for the retry budget, exchange, and map a failure to ebb's
+// answer. It returns the status sent.
 func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
 	if c.Context().Err() != nil {
 		// The client is gone already (an HTTP/2 stream reset before its

@@ -195,6 +195,19 @@ alive() {
 	[[ ${stat:0:1} != Z ]]
 }
 
+# await_ready NAME FILE SECONDS: wait until the load helper started as
+# PID[NAME] has printed its "ready" line to FILE, at most SECONDS; false
+# if it did not (it died, or the time ran out).
+await_ready() {
+	local name=$1 out=$2 i
+	for ((i = 0; i < $3 * 10; i++)); do
+		grep -q '^ready' "$out" && return 0
+		alive "${PID[$name]}" || break
+		sleep 0.1
+	done
+	grep -q '^ready' "$out"
+}
+
 # stop_pid NAME: SIGTERM, a bounded wait, then SIGKILL. For nginx the
 # workers are killed too if the master did not take them down.
 stop_pid() {
@@ -1029,12 +1042,7 @@ measure_idle() {
 	timeout --kill-after=5 300 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" -proto "$proto" \
 		-target "127.0.0.1:$port" -conns "$n" -hold 240s >"$out" 2>&1 &
 	PID[idle-load]=$!
-	for ((i = 0; i < 1200; i++)); do # up to 120 s
-		grep -q '^ready' "$out" && break
-		alive "${PID[idle-load]}" || break
-		sleep 0.1
-	done
-	grep -q '^ready' "$out" || { cat "$out" >&2; die "idle-h2 could not open $n $proto connections to $p"; }
+	await_ready idle-load "$out" 120 || { cat "$out" >&2; die "idle-h2 could not open $n $proto connections to $p"; }
 	sleep 1 # let the proxy finish with the last answers
 	IDLE_AFTER[$part,$p]=$(vmrss_kb "$w")
 	stop_pid idle-load # on SIGTERM idle-h2 counts the connections still open, then closes them
@@ -1084,12 +1092,7 @@ slow_attack() {
 	timeout --kill-after=5 $((SLOW_HOLD + 30)) taskset -c "$LOAD_CPU" "$WORK/bin/slowloris" \
 		-target "127.0.0.1:${PORT[$p]}" -conns "$SLOW_CONNS" -duration "${SLOW_HOLD}s" -path /slow >"$out" 2>&1 &
 	PID[slowloris]=$!
-	for ((i = 0; i < 300; i++)); do # up to 30 s
-		grep -q '^ready' "$out" && break
-		alive "${PID[slowloris]}" || break
-		sleep 0.1
-	done
-	grep -q '^ready' "$out" || { cat "$out" >&2; die "slowloris did not get going against $p"; }
+	await_ready slowloris "$out" 30 || { cat "$out" >&2; die "slowloris did not get going against $p"; }
 	opened=$(sed -n 's/^ready opened=\([0-9]*\).*/\1/p' "$out")
 	if [[ $opened != "$SLOW_CONNS" ]]; then
 		ERRORS+=("slowloris round $((r + 1)) $p: ${opened:-?} of $SLOW_CONNS attack connections opened")

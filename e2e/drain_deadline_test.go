@@ -108,24 +108,10 @@ func TestDrainDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			arrived := make(chan struct{}, 1)
-			upgrader := websocket.Upgrader{}
 			origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/ws" {
-					c, err := upgrader.Upgrade(w, r, nil)
-					if err != nil {
-						return
-					}
-					defer c.Close()
-					arrived <- struct{}{}
-					for {
-						typ, msg, err := c.ReadMessage()
-						if err != nil {
-							return
-						}
-						if err := c.WriteMessage(typ, msg); err != nil {
-							return
-						}
-					}
+					echoWebSocket(w, r, func() { arrived <- struct{}{} })
+					return
 				}
 				// Never answers within the test.
 				arrived <- struct{}{}

@@ -89,24 +89,10 @@ func (k soakConnKind) h2() bool  { return k == soakH2C || k == soakH2TLS }
 // soakOrigin answers GET with the request's path, echoes a POST's body,
 // and echoes WebSocket messages on /ws until the client closes.
 func soakOrigin() http.Handler {
-	upgrader := websocket.Upgrader{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/ws":
-			c, err := upgrader.Upgrade(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			for {
-				typ, msg, err := c.ReadMessage()
-				if err != nil {
-					return // the client's close frame (answered by gorilla), or its end
-				}
-				if err := c.WriteMessage(typ, msg); err != nil {
-					return
-				}
-			}
+			echoWebSocket(w, r, nil)
 		case r.Method == http.MethodPost:
 			// Read whole before answering: net/http's HTTP/1 server may
 			// not let a handler read a body once it has begun its answer.

@@ -183,23 +183,7 @@ func TestH2CUpgradeOfferDeclined(t *testing.T) {
 // (drained, nothing closed by force).
 func TestWebSocketDuringDrain(t *testing.T) {
 	t.Parallel()
-	upgrader := websocket.Upgrader{}
-	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := upgrader.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		for {
-			typ, msg, err := c.ReadMessage()
-			if err != nil {
-				return
-			}
-			if err := c.WriteMessage(typ, msg); err != nil {
-				return
-			}
-		}
-	}))
+	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { echoWebSocket(w, r, nil) }))
 	e := startEbb(t, singleClusterYAML(hostPort(origin)))
 	dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
 	c, _, err := dialer.Dial("ws://"+e.addr("public")+"/ws", nil)
@@ -230,5 +214,28 @@ func TestWebSocketDuringDrain(t *testing.T) {
 	c.Close()
 	if code := e.exit(); code != 0 {
 		t.Fatalf("exit status %d, want 0 once the WebSocket closed; log:\n%s", code, e.logs())
+	}
+}
+
+// echoWebSocket upgrades r to a WebSocket, runs opened (if not nil), and
+// sends back each message until the client closes or leaves.
+func echoWebSocket(w http.ResponseWriter, r *http.Request, opened func()) {
+	var upgrader websocket.Upgrader
+	c, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if opened != nil {
+		opened()
+	}
+	for {
+		typ, msg, err := c.ReadMessage()
+		if err != nil {
+			return // the client's close frame (answered by gorilla), or its end
+		}
+		if err := c.WriteMessage(typ, msg); err != nil {
+			return
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package headers
 
 import (
-	"net/http"
-
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 )
@@ -71,65 +69,4 @@ func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
 	if !upgrade {
 		h.ResetConnectionClose()
 	}
-}
-
-// CopyResponse copies an upstream response header received by ebb's
-// HTTP/1 transport into the http.Header of a response to an HTTP/2
-// client, applying the response rules on the way. It costs three
-// allocations whatever the number of fields: one string holding every
-// value, one slice of value slices, and the keys, which for common fields
-// are constants.
-func CopyResponse(dst http.Header, src *fasthttp.ResponseHeader, via []byte) {
-	FastResponse(src, false, via)
-	n, size := 0, 0
-	for _, v := range src.All() {
-		n++
-		size += len(v)
-	}
-	buf := make([]byte, 0, size)
-	for _, v := range src.All() {
-		buf = append(buf, v...)
-	}
-	all := string(buf)
-	vals := make([]string, n)
-	i, off := 0, 0
-	for k, v := range src.All() {
-		vals[i] = all[off : off+len(v)]
-		off += len(v)
-		key := commonKey(k)
-		if prev, ok := dst[key]; ok {
-			dst[key] = append(prev, vals[i])
-		} else {
-			dst[key] = vals[i : i+1 : i+1]
-		}
-		i++
-	}
-}
-
-// commonKey returns k as a string, without allocating for the fields most
-// responses carry.
-func commonKey(k []byte) string {
-	switch string(k) {
-	case "Content-Type":
-		return "Content-Type"
-	case "Content-Length":
-		return "Content-Length"
-	case "Date":
-		return "Date"
-	case "Server":
-		return "Server"
-	case "Cache-Control":
-		return "Cache-Control"
-	case "Etag":
-		return "Etag"
-	case "Last-Modified":
-		return "Last-Modified"
-	case "Vary":
-		return "Vary"
-	case "Set-Cookie":
-		return "Set-Cookie"
-	case "Content-Encoding":
-		return "Content-Encoding"
-	}
-	return string(k)
 }

@@ -322,33 +322,3 @@ func TestResponseVia(t *testing.T) {
 		t.Errorf("net/http: Via %q, want one line %q", got, want)
 	}
 }
-
-func TestCopyResponse(t *testing.T) {
-	var src fasthttp.ResponseHeader
-	src.SetContentType("text/plain")
-	src.SetContentLength(5)
-	src.Add("Set-Cookie", "a=1")
-	src.Add("Set-Cookie", "b=2")
-	src.Add("X-Custom", "v")
-	src.Add("Keep-Alive", "timeout=5")
-	src.SetConnectionClose()
-	dst := http.Header{}
-	CopyResponse(dst, &src, nil)
-	want := http.Header{
-		"Content-Type":   {"text/plain"},
-		"Content-Length": {"5"},
-		"Set-Cookie":     {"a=1", "b=2"},
-		"X-Custom":       {"v"},
-	}
-	if !reflect.DeepEqual(dst, want) {
-		t.Fatalf("got %v\nwant %v", dst, want)
-	}
-	// Appending to one field must not overwrite another's value.
-	dst["Set-Cookie"] = append(dst["Set-Cookie"], "c=3")
-	if dst["X-Custom"][0] != "v" || dst["Content-Length"][0] != "5" {
-		t.Fatalf("fields share storage: %v", dst)
-	}
-	if n := testing.AllocsPerRun(100, func() { CopyResponse(http.Header{}, &src, nil) }); n > 8 {
-		t.Errorf("%v allocations for 5 fields", n)
-	}
-}

@@ -185,6 +185,10 @@ func (d *decoder) decodeStruct(key string, raw any, out reflect.Value) {
 		sub := join(key, k)
 		i, ok := byKey[k]
 		if !ok {
+			if to, ok := movedKeys[sub]; ok {
+				d.fail(sub, "this key is now %s", to)
+				continue
+			}
 			if s := suggest(k, known); s != "" {
 				d.fail(sub, "unknown key (did you mean %q?)", s)
 			} else {
@@ -194,6 +198,11 @@ func (d *decoder) decodeStruct(key string, raw any, out reflect.Value) {
 		}
 		d.decode(sub, m[k], out.Field(i))
 	}
+}
+
+// movedKeys names the keys that moved, with their new place.
+var movedKeys = map[string]string{
+	"telemetry.log.access": "telemetry.access_log.enabled",
 }
 
 func (d *decoder) decodeSlice(key string, raw any, out reflect.Value) {

@@ -42,8 +42,9 @@ func Default() *Config {
 			App:         App{Interval: 500 * time.Millisecond},
 		},
 		Telemetry: Telemetry{
-			Log:     Log{Format: "json", Level: "info"},
-			Metrics: Metrics{Prometheus: true},
+			Log:       Log{Format: "json", Level: "info"},
+			AccessLog: AccessLog{Enabled: true, Format: "json"},
+			Metrics:   Metrics{Prometheus: true},
 		},
 	}
 }
@@ -57,6 +58,7 @@ func (l *Listener) setDefaults() {
 	l.HTTP2 = ListenerHTTP2{MaxConcurrentStreams: DefaultMaxStreams, StreamWindow: DefaultStreamWindow, ConnectionWindow: DefaultConnectionWindow}
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 	l.Headers.TrustedProxies = []string{}
+	l.Headers.RequestID = RequestIDTrusted
 }
 
 func (c *Cluster) setDefaults() {

@@ -193,7 +193,21 @@ type ForwardingHeaders struct {
 	// "Via: 1.1 ebb", "Via: 2 ebb". A token, or host:port. Off by default:
 	// Via tells the world which proxy it goes through.
 	Via string `key:"via"`
+	// RequestID says what becomes of X-Request-Id: "trusted" keeps the
+	// id a trusted proxy sent and gives every other request a new one (a
+	// random UUID); "any" keeps any client's; "off" leaves the field as
+	// it comes. An id is kept only if it is one line of 1 to 128 visible
+	// ASCII characters without '"' or '\'. The id goes upstream and into
+	// the access log.
+	RequestID string `key:"request_id"`
 }
+
+// The values of headers.request_id.
+const (
+	RequestIDTrusted = "trusted"
+	RequestIDAny     = "any"
+	RequestIDOff     = "off"
+)
 
 // Route sends matching requests to a cluster. Routes are tried in order and
 // the first match wins.
@@ -371,15 +385,29 @@ type App struct {
 
 // Telemetry configures logs and metrics.
 type Telemetry struct {
-	Log     Log     `key:"log"`
-	Metrics Metrics `key:"metrics"`
+	Log       Log       `key:"log"`
+	AccessLog AccessLog `key:"access_log"`
+	Metrics   Metrics   `key:"metrics"`
 }
 
-// Log configures the process log.
+// Log configures the process log (on stderr).
 type Log struct {
 	Format string `key:"format"` // json | text
 	Level  string `key:"level"`  // debug | info | warn | error
-	Access bool   `key:"access"`
+}
+
+// AccessLog configures the access log: one line per request, written
+// when its response has been relayed.
+type AccessLog struct {
+	// Enabled writes it; applied live on reload, as Format is.
+	Enabled bool `key:"enabled"`
+	// Format is json, text (key=value pairs) or combined (the combined
+	// log format of Apache and nginx).
+	Format string `key:"format"`
+	// Path is the file lines are appended to; "" or "-" is standard
+	// output. The file is reopened on SIGUSR1 (after logrotate moved
+	// it); changing the path needs a restart.
+	Path string `key:"path"`
 }
 
 // Metrics configures metric export.

@@ -85,6 +85,7 @@ func (c *Config) Validate() []Problem {
 		if via := l.Headers.Via; via != "" && !validVia(via) {
 			v.add(key+".headers.via", "expected a name (a token such as ebb, or host:port), got %q", via)
 		}
+		v.oneOf(key+".headers.request_id", l.Headers.RequestID, RequestIDTrusted, RequestIDAny, RequestIDOff)
 		if n := l.Limits.MaxConnections; n < 0 {
 			v.add(key+".limits.max_connections", "expected 0 (no cap) or more, got %d", n)
 		}
@@ -129,6 +130,7 @@ func (c *Config) Validate() []Problem {
 	v.takeover(c.Takeover)
 	v.oneOf("telemetry.log.format", c.Telemetry.Log.Format, "json", "text")
 	v.oneOf("telemetry.log.level", c.Telemetry.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("telemetry.access_log.format", c.Telemetry.AccessLog.Format, "json", "text", "combined")
 	return v.problems
 }
 

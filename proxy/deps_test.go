@@ -24,6 +24,7 @@ const module = "github.com/ebb-proxy/ebb/"
 // of a lower rank, so that imports run one way, and the two engines
 // (same rank) never import each other.
 var layers = map[string]int{
+	"proxy/access":   0,
 	"proxy/pace":     0,
 	"proxy/headers":  1,
 	"proxy/upstream": 1,

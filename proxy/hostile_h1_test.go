@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -107,7 +108,9 @@ func TestHostileHTTP1(t *testing.T) {
 func TestHTTP1Framing(t *testing.T) {
 	origin := newRawOrigin(t)
 	e := startEbb(t, singleClusterYAML(origin.addr))
-	const fwd = "X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\n\r\n"
+	// What ebb adds: the forwarding fields and a new request id (any
+	// UUID: see generatedID).
+	const fwd = "X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\nX-Request-Id: <uuid>\r\n\r\n"
 	many := "GET / HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("X-Padding: 0123456789abcdef\r\n", 2000) + "\r\n"
 	for _, tc := range []struct {
 		name, request string
@@ -167,6 +170,9 @@ func TestHTTP1Framing(t *testing.T) {
 				t.Errorf("the answer keeps the connection open, want it closed")
 			}
 			got := origin.received()[before:]
+			for i := range got {
+				got[i] = generatedID.ReplaceAllString(got[i], "X-Request-Id: <uuid>\r\n")
+			}
 			switch {
 			case tc.origin == "" && len(got) != 0:
 				t.Errorf("the origin received %q, want nothing", got)
@@ -176,6 +182,10 @@ func TestHTTP1Framing(t *testing.T) {
 		})
 	}
 }
+
+// generatedID matches the X-Request-Id line of a request id ebb made: a
+// version 4 UUID.
+var generatedID = regexp.MustCompile(`X-Request-Id: [0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\r\n`)
 
 // TestLongURIOnKeepAlive: a request line too long for the buffer gets 414
 // on a connection that has served requests before, too (the engine marks

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/h2"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
@@ -62,6 +64,11 @@ type Proxy struct {
 	updateMu  sync.Mutex    // one Update at a time
 	cfgStatic config.Config // the configuration ebb started with, for what Update cannot change
 	disc      discoveries
+
+	// sink is where the access log goes, opened the first time a
+	// configuration enables it (nil until then); guarded by updateMu
+	// until Close.
+	sink *access.Sink
 }
 
 // New builds a proxy for cfg. It binds nothing until Start.
@@ -74,7 +81,13 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	p.disc.log = func(c *cluster.Cluster, err error) { log.Error("discovery stopped", "cluster", c.Name(), "err", err) }
 	// The snapshot first: the listeners' engines read it.
 	snap := route.Build(cfg, m, reg, log, nil)
-	snap.Access = accessLog(cfg, log)
+	if snap.Access, err = p.accessLog(cfg); err != nil {
+		snap.Close()
+		return nil, err
+	}
+	if err := p.accessMetrics(meter); err != nil {
+		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
+	}
 	p.snap.Store(snap)
 	for i, l := range cfg.Listeners {
 		p.listeners = append(p.listeners, newListener(p, i, l))
@@ -82,12 +95,59 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 	return p, nil
 }
 
-// accessLog returns the access logger cfg asks for, or nil.
-func accessLog(cfg *config.Config, log *slog.Logger) *slog.Logger {
-	if !cfg.Telemetry.Log.Access {
+// accessLog returns the access log cfg asks for (nil: off), opening its
+// sink the first time. The sink's path is the one ebb started with: a
+// reload does not move it.
+func (p *Proxy) accessLog(cfg *config.Config) (*access.Log, error) {
+	al := cfg.Telemetry.AccessLog
+	if !al.Enabled {
+		return nil, nil
+	}
+	f, err := access.ParseFormat(al.Format)
+	if err != nil {
+		return nil, err
+	}
+	if p.sink == nil {
+		path := p.cfgStatic.Telemetry.AccessLog.Path
+		s, err := access.OpenSink(path, os.Stdout, func(err error) {
+			p.log.Error("writing the access log: lines lost", "path", path, "err", err)
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.sink = s
+	}
+	return access.New(f, p.sink), nil
+}
+
+// accessMetrics exports the access log's lost lines.
+func (p *Proxy) accessMetrics(meter metric.Meter) error {
+	dropped, err := meter.Int64ObservableCounter("ebb.access_log.dropped_lines",
+		metric.WithDescription("Access log lines lost: the output could not keep up, or failed."))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		p.updateMu.Lock()
+		s := p.sink
+		p.updateMu.Unlock()
+		if s != nil {
+			o.ObserveInt64(dropped, int64(s.Dropped()))
+		}
+		return nil
+	}, dropped)
+	return err
+}
+
+// ReopenAccessLog reopens the access log's file (SIGUSR1, after
+// logrotate moved it); a no-op when it goes to standard output or is off.
+func (p *Proxy) ReopenAccessLog() error {
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	if p.sink == nil {
 		return nil
 	}
-	return log.With("log", "access")
+	return p.sink.Reopen()
 }
 
 // Start binds every listener and starts serving: Bind, then Serve.
@@ -256,5 +316,11 @@ func (p *Proxy) Close() error {
 		l.wait()
 	}
 	p.snap.Load().Close()
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	if p.sink != nil {
+		// Every request has ended: its line is queued.
+		return p.sink.Close()
+	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,10 +33,18 @@ func testConfig(addrs ...string) *config.Config {
 
 func newTestProxy(t *testing.T, cfg *config.Config) *Proxy {
 	t.Helper()
+	if cfg.Telemetry.AccessLog.Path == "" {
+		cfg.Telemetry.AccessLog.Path = os.DevNull // not the test binary's stdout
+	}
 	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("t"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if p.sink != nil { // tests that do not Close p
+			p.sink.Close()
+		}
+	})
 	return p
 }
 

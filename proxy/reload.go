@@ -34,7 +34,8 @@ var ErrListenersChanged = errors.New("listeners added, removed, renamed or reord
 
 // Update applies the dynamic part of cfg (a configuration loaded and
 // validated as a whole): routes and clusters, each listener's
-// limits.max_body_bytes and headers, and telemetry.log.access, swapped
+// limits.max_body_bytes and headers, and telemetry.access_log's enabled
+// and format, swapped
 // in one atomic step. Requests in flight finish on the snapshot they
 // started with; a cluster whose configuration is unchanged is taken over
 // with its endpoints, pools, health state and running discovery; a
@@ -58,8 +59,12 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 	}
 	ch.Restart = append(ch.Restart, p.staticRestart(cfg)...)
 	prev := p.snap.Load()
+	log, err := p.accessLog(cfg)
+	if err != nil {
+		return ch, err
+	}
 	next := route.Build(cfg, p.metrics, p.reg, p.log, prev)
-	next.Access = accessLog(cfg, p.log)
+	next.Access = log
 	for name, c := range next.Clusters {
 		switch old := prev.Clusters[name]; {
 		case old == c:
@@ -121,11 +126,12 @@ func listenerRestart(old, new config.Listener) []string {
 
 // staticRestart names the top-level sections other than listeners and
 // clusters that differ from the configuration ebb started with (but for
-// telemetry.log.access, which Update applies).
+// telemetry.access_log's enabled and format, which Update applies).
 func (p *Proxy) staticRestart(cfg *config.Config) []string {
 	var out []string
 	running, next := p.cfgStatic, *cfg
-	running.Telemetry.Log.Access, next.Telemetry.Log.Access = false, false
+	running.Telemetry.AccessLog.Enabled, next.Telemetry.AccessLog.Enabled = false, false
+	running.Telemetry.AccessLog.Format, next.Telemetry.AccessLog.Format = "", ""
 	ov, nv := reflect.ValueOf(running), reflect.ValueOf(next)
 	for i := range ov.NumField() {
 		f := ov.Type().Field(i)

@@ -75,6 +75,13 @@ func cmdRun(args []string, stderr io.Writer) int {
 		signal.Notify(usr2, syscall.SIGUSR2)
 		defer signal.Stop(usr2)
 	}
+	// SIGUSR1 reopens the access log's file (logrotate's postrotate), as
+	// it does nginx's, unless drain.signals lists it.
+	usr1 := make(chan os.Signal, 1)
+	if !slices.Contains(cfg.Drain.Signals, "SIGUSR1") {
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+	}
 	// systemd's notification socket is ebb's alone, not the child's.
 	notifySocket := os.Getenv("NOTIFY_SOCKET")
 	os.Unsetenv("NOTIFY_SOCKET")
@@ -132,7 +139,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 			return exitConfig
 		}
 	}
-	res := s.run(cfg, signalChans{drain: sigs, hup: hups, usr2: usr2}, child)
+	res := s.run(cfg, signalChans{drain: sigs, hup: hups, usr1: usr1, usr2: usr2}, child)
 	if path := cfg.Drain.Report; path != "" {
 		// For postmortems; the exit status stays the drain's.
 		if err := s.ctl.Timeline().Report().WriteFile(path); err != nil {
@@ -250,10 +257,10 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 }
 
 // signalChans are the signals run watches: those that drain (a second one
-// forces the stop), SIGHUP (reload) and SIGUSR2 (a successor takes over)
-// when drain.signals does not list them.
+// forces the stop), SIGHUP (reload), SIGUSR1 (reopen the access log) and
+// SIGUSR2 (a successor takes over) when drain.signals does not list them.
 type signalChans struct {
-	drain, hup, usr2 <-chan os.Signal
+	drain, hup, usr1, usr2 <-chan os.Signal
 }
 
 // run serves until the drain has ended, with its owned goroutines: the
@@ -311,13 +318,20 @@ func (s *serving) run(cfg *config.Config, sigs signalChans, child *child) drain.
 // not inferred from the drain's state: a drain started by the
 // application's exit or the admin API does not make the first signal a
 // second one. A SIGHUP (when drain.signals does not list it) reloads the
-// configuration file; a SIGUSR2 starts a successor.
+// configuration file; a SIGUSR1 reopens the access log; a SIGUSR2 starts
+// a successor.
 func (s *serving) watchSignals(ctx context.Context, sigs signalChans, child *child) {
 	signals := 0
 	for {
 		select {
 		case <-sigs.hup:
 			s.rl.reload("signal SIGHUP")
+		case <-sigs.usr1:
+			if err := s.px.ReopenAccessLog(); err != nil {
+				s.log.Error("SIGUSR1: reopening the access log failed; it goes on to the file it had", "err", err)
+			} else {
+				s.log.Info("SIGUSR1: access log reopened")
+			}
 		case <-sigs.usr2:
 			switch {
 			case s.tko == nil:

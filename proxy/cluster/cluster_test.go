@@ -134,7 +134,7 @@ func TestRemovedEndpointClosesConnectionsAfterLastExchange(t *testing.T) {
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
 		req.SetRequestURI("http://example.com/")
-		if _, err := c.ExchangeH1(context.Background(), c.Pick(), req, resp, proxytest.Discard()); err != nil {
+		if _, err := c.ExchangeH1(context.Background(), c.Pick(), req, resp, new(Trip), proxytest.Discard()); err != nil {
 			t.Error(err)
 		}
 		done <- resp.StatusCode()

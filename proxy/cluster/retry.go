@@ -99,15 +99,23 @@ func (c *Cluster) pickOther(ep *Endpoint) *Endpoint {
 	return nil
 }
 
+// Trip is what the exchange loops tell of one request's way upstream.
+type Trip struct {
+	// Attempts is how many exchanges were tried.
+	Attempts int
+}
+
 // ExchangeH1 sends req to ep through the HTTP/1 transport, and to other
 // endpoints as retry allows, recording each outcome for passive health.
 // It returns the endpoint that answered, or the last one tried with the
-// error. ctx is the client's side of the request.
-func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Request, resp *fasthttp.Response, log *slog.Logger) (*Endpoint, error) {
+// error. ctx is the client's side of the request; trip counts the
+// attempts.
+func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Request, resp *fasthttp.Response, trip *Trip, log *slog.Logger) (*Endpoint, error) {
 	// A streamed body is consumed by the first attempt that writes it; a
 	// request whose body was never written keeps it (upstream.NotSent).
 	idempotent := upstream.IsIdempotent(req)
 	for attempt := 1; ; attempt++ {
+		trip.Attempts = attempt
 		streamed := req.BodyStream() != nil
 		ep = c.claim(ep) // the transport takes the count off
 		err := ep.rt.RoundTrip(ctx, req, resp)
@@ -136,10 +144,11 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 // tries, pausing up to 32 s between them, against an endpoint that
 // refuses every stream. Such requests are therefore arranged to come back
 // here instead (see resendOnce), and the retry policy decides.
-func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), log *slog.Logger) (*http.Response, *Endpoint, error) {
+func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), trip *Trip, log *slog.Logger) (*http.Response, *Endpoint, error) {
 	idempotent := upstream.IsIdempotentMethod(out.Method)
 	h2 := c.cfg.Protocol != config.ProtocolAuto // auto may be HTTP/1.1
 	for attempt := 1; ; attempt++ {
+		trip.Attempts = attempt
 		var a *upstream.Attempt
 		if body != nil {
 			a = body.StartAttempt()

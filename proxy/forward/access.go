@@ -1,28 +1,61 @@
 package forward
 
 import (
-	"context"
-	"log/slog"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/access"
 )
 
-// accessLog writes one access log line when telemetry.log.access is on.
-// It allocates, so it is off by default.
-func (l *Listener) accessLog(c Call, cluster string, status int, start time.Time) {
-	access := l.Snapshot.Load().Access
-	if access == nil {
-		return
+// Messages of the upstream failures ebb answers for.
+const (
+	MsgUpstreamFailed  = "ebb: upstream failed\n"
+	MsgUpstreamConnect = "ebb: upstream connect failed\n"
+	MsgUpstreamBusy    = "ebb: upstream connection limit reached\n"
+	MsgUpstreamTimeout = "ebb: upstream timed out\n"
+	MsgUpstreamRefused = "ebb: upstream refused the request\n"
+	MsgClientClosed    = "ebb: client closed the request\n"
+	MsgNoRoute         = "ebb: no route for this request\n"
+)
+
+// errorKinds names, for the access log's error field, the answers ebb
+// makes itself, by their message: each message is one kind of failure.
+var errorKinds = map[string]string{
+	MsgNoRoute:         "no_route",
+	MsgNoEndpoint:      "no_endpoint",
+	MsgOverloaded:      "overloaded",
+	MsgClusterBusy:     "cluster_busy",
+	MsgClientClosed:    "client_closed",
+	MsgBodyTooLarge:    "body_too_large",
+	MsgBadBody:         "bad_body",
+	MsgBodyTimeout:     "body_timeout",
+	MsgUpstreamFailed:  "upstream_broken",
+	MsgUpstreamConnect: "upstream_connect",
+	MsgUpstreamBusy:    "upstream_busy",
+	MsgUpstreamTimeout: "upstream_timeout",
+	MsgUpstreamRefused: "upstream_refused",
+}
+
+// errorKind returns the access log's error field for an answer of ebb's
+// own: the message's kind, else bad_request for a 4xx (a request ebb
+// refused) and ebb_error for the rest.
+func errorKind(status int, msg string) string {
+	if k, ok := errorKinds[msg]; ok {
+		return k
 	}
-	client, method, host, uri, bytes := c.AccessFields()
-	access.LogAttrs(context.Background(), slog.LevelInfo, "request",
-		slog.String("listener", l.Config.Name),
-		slog.String("client", client),
-		slog.String("method", method),
-		slog.String("host", host),
-		slog.String("uri", uri),
-		slog.String("cluster", cluster),
-		slog.Int("status", status),
-		slog.Int("bytes", bytes),
-		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-	)
+	if status >= 400 && status < 500 { // a request ebb refused
+		return "bad_request"
+	}
+	return "ebb_error"
+}
+
+// begin returns the access log entry of a request that arrived at start,
+// or nil when the access log is off.
+func (l *Listener) begin(log *access.Log, start time.Time) *access.Entry {
+	if log == nil {
+		return nil
+	}
+	e := log.Begin(start)
+	e.Listener = l.Config.Name
+	e.Draining = l.Registry.Draining()
+	return e
 }

@@ -41,7 +41,7 @@ func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.End
 	if ctx != nil && ctx.Err() != nil {
 		// The client closed the request (a body that could not be read
 		// then is its doing too).
-		return StatusClientClosed, "ebb: client closed the request\n"
+		return StatusClientClosed, MsgClientClosed
 	}
 	if err := body.Failed(); err != nil {
 		if errors.Is(err, upstream.ErrBodyTooLarge) {
@@ -54,16 +54,16 @@ func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.End
 	}
 	kind := upstream.KindOf(err)
 	rt.Cluster.Metrics().UpstreamError(kind)
-	status, msg := http.StatusBadGateway, "ebb: upstream failed\n"
+	status, msg := http.StatusBadGateway, MsgUpstreamFailed
 	switch kind {
 	case upstream.KindConnect:
-		msg = "ebb: upstream connect failed\n"
+		msg = MsgUpstreamConnect
 	case upstream.KindOverloaded:
-		status, msg = http.StatusServiceUnavailable, "ebb: upstream connection limit reached\n"
+		status, msg = http.StatusServiceUnavailable, MsgUpstreamBusy
 	case upstream.KindTimeout:
-		status, msg = http.StatusGatewayTimeout, "ebb: upstream timed out\n"
+		status, msg = http.StatusGatewayTimeout, MsgUpstreamTimeout
 	case upstream.KindRefused:
-		status, msg = http.StatusServiceUnavailable, "ebb: upstream refused the request\n"
+		status, msg = http.StatusServiceUnavailable, MsgUpstreamRefused
 	}
 	addr := ""
 	if ep != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
@@ -69,11 +70,12 @@ type Call interface {
 	// shutdown. HTTP/1 requests have one that never ends.
 	Context() context.Context
 	// Finish runs once the request has been answered (the response may
-	// still be streaming), with the status sent.
-	Finish(status int)
-	// AccessFields returns what the access log shows of the request; it
-	// is called only when the access log is on.
-	AccessFields() (client, method, host, uri string, bytes int)
+	// still be streaming), with the status sent. e is the request's
+	// access log entry (nil: the log is off), with the skeleton's fields
+	// set: Finish sets the engine's (the request's fields, the body
+	// bytes, the attempts) and ends it, at once or, for a response whose
+	// body is still to be relayed, when it has been.
+	Finish(status int, e *access.Entry)
 }
 
 // Serve runs one request through the skeleton: the listener's
@@ -85,26 +87,27 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 	if l.Registry.Draining() {
 		l.Registry.Stats.Requests.Add(1)
 	}
-	t := l.Table()
+	snap := l.Snapshot.Load()
+	t := snap.Tables[l.Index]
+	e := l.begin(snap.Access, start)
 	n := l.inFlight.Add(1)
 	defer l.inFlight.Add(-1)
 	if max := t.MaxInFlight; max > 0 && n > max {
-		return nil, l.reject(c, t.NoRoute, proto, "", http.StatusServiceUnavailable, MsgOverloaded, start)
+		return nil, l.reject(c, t.NoRoute, proto, nil, http.StatusServiceUnavailable, MsgOverloaded, start, e)
 	}
 	if status, msg := c.Refuse(); status != 0 {
-		return nil, l.reject(c, t.NoRoute, proto, "", status, msg, start)
+		return nil, l.reject(c, t.NoRoute, proto, nil, status, msg, start, e)
 	}
 	rt := route.Match(t, host, path)
 	if rt == nil {
-		return nil, l.reject(c, t.NoRoute, proto, "", http.StatusNotFound, "ebb: no route for this request\n", start)
+		return nil, l.reject(c, t.NoRoute, proto, nil, http.StatusNotFound, MsgNoRoute, start, e)
 	}
 	if status, msg := c.Prepare(rt); status != 0 {
-		return rt, l.reject(c, rt.Metrics, proto, rt.Cluster.Name(), status, msg, start)
+		return rt, l.reject(c, rt.Metrics, proto, rt, status, msg, start, e)
 	}
-	status := Forward(l, c, rt, start)
-	c.Finish(status)
+	status := Forward(l, c, rt, start, e)
 	rt.Metrics.Record(proto, status, start)
-	l.accessLog(c, rt.Cluster.Name(), status, start)
+	c.Finish(status, e)
 	return rt, status
 }
 
@@ -112,45 +115,68 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 // has left already (499, nothing sent): admit it to the cluster (503 past
 // its max_in_flight), pick an endpoint (503 when there is none), count
 // the request for the retry budget, exchange, and map a failure to ebb's
-// answer. It returns the status sent.
-func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time) int {
+// answer. It returns the status sent; e, if not nil, gets the cluster,
+// the endpoint that answered or was last tried, the status, and the kind
+// of failure when ebb answered itself.
+func Forward[C Call](l *Listener, c C, rt *route.Route, now time.Time, e *access.Entry) int {
+	if e != nil {
+		e.Cluster = rt.Cluster.Name()
+	}
 	if c.Context().Err() != nil {
 		// The client is gone already (an HTTP/2 stream reset before its
 		// handler got this far, as in a rapid reset flood): nothing goes
 		// upstream for it.
-		return StatusClientClosed
+		return answered(e, StatusClientClosed, MsgClientClosed)
 	}
 	if !rt.Cluster.Admit() {
 		l.countError(http.StatusServiceUnavailable)
 		c.Reply(http.StatusServiceUnavailable, MsgClusterBusy)
-		return http.StatusServiceUnavailable
+		return answered(e, http.StatusServiceUnavailable, MsgClusterBusy)
 	}
 	defer rt.Cluster.Leave()
 	ep := rt.Cluster.Pick()
 	if ep == nil {
 		l.countError(http.StatusServiceUnavailable)
 		c.Reply(http.StatusServiceUnavailable, MsgNoEndpoint)
-		return http.StatusServiceUnavailable
+		return answered(e, http.StatusServiceUnavailable, MsgNoEndpoint)
 	}
 	rt.Cluster.CountRequest(now)
 	status, last, err := c.Send(rt, ep)
+	if e != nil && last != nil {
+		e.Upstream = last.Addr()
+	}
 	if err != nil {
 		status, msg := l.Failure(c.Context(), rt, last, c.Body(), err)
 		l.countError(status)
 		c.Reply(status, msg)
-		return status
+		return answered(e, status, msg)
+	}
+	if e != nil {
+		e.Status = status
+	}
+	return status
+}
+
+// answered records on e, if not nil, an answer of ebb's own, and returns
+// its status.
+func answered(e *access.Entry, status int, msg string) int {
+	if e != nil {
+		e.Status, e.Error = status, errorKind(status, msg)
 	}
 	return status
 }
 
 // reject answers a request ebb will not forward, counts it on rm and logs
-// it, and returns the status.
-func (l *Listener) reject(c Call, rm *metrics.Route, proto drain.Protocol, cluster string, status int, msg string, start time.Time) int {
+// it, and returns the status. rt is the request's route (nil: none).
+func (l *Listener) reject(c Call, rm *metrics.Route, proto drain.Protocol, rt *route.Route, status int, msg string, start time.Time, e *access.Entry) int {
 	l.countError(status)
 	c.Reply(status, msg)
-	c.Finish(status)
 	rm.Record(proto, status, start)
-	l.accessLog(c, cluster, status, start)
+	if e != nil && rt != nil {
+		e.Cluster = rt.Cluster.Name()
+	}
+	answered(e, status, msg)
+	c.Finish(status, e) // e is the engine's from here
 	return status
 }
 

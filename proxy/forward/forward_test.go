@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
@@ -30,9 +31,10 @@ func (c *call) Send(*route.Route, *cluster.Endpoint) (int, *cluster.Endpoint, er
 func (c *call) Reply(int, string)        { c.replied++ }
 func (c *call) Body() *upstream.Body     { return nil }
 func (c *call) Context() context.Context { return c.ctx }
-func (c *call) Finish(int)               {}
-func (c *call) AccessFields() (string, string, string, string, int) {
-	return "", "", "", "", 0
+func (c *call) Finish(_ int, e *access.Entry) {
+	if e != nil {
+		e.End(time.Now())
+	}
 }
 
 // TestForwardClientGone: a request whose client has left by the time it

@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"os"
 	"testing"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
+	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/route"
 )
 
 // BenchmarkHandlerGet measures ebb's HTTP/1 request path: routing, header
@@ -19,8 +23,28 @@ import (
 // connection, and metrics. Its allocs/op is the figure the design holds at
 // zero.
 func BenchmarkHandlerGet(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchmarkGet(b, false) })
+	// With the defaults' request id (a new one per request) and access
+	// log (JSON, here to /dev/null): what they add per request.
+	b.Run("access-log", func(b *testing.B) { benchmarkGet(b, true) })
+}
+
+func benchmarkGet(b *testing.B, logged bool) {
 	origin := proxytest.RawOrigin(b, []byte(proxytest.BenchResponse))
 	e := enginetest.New(b, nil, origin)
+	if logged {
+		sink, err := access.OpenSink(os.DevNull, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sink.Close() })
+		snap := *e.Listener.Snapshot.Load()
+		t := *snap.Tables[0]
+		t.RequestID = headers.RequestIDTrusted
+		snap.Tables = []*route.Table{&t}
+		snap.Access = access.New(access.FormatJSON, sink)
+		e.Listener.Snapshot.Store(&snap)
+	}
 	client, server := net.Pipe()
 	defer client.Close()
 	reg := drain.NewRegistry()

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
@@ -40,6 +42,10 @@ type call struct {
 	// HTTP/1.1).
 	http10 bool
 	head   *head // the connection's head watcher (nil: none)
+	// trip counts the upstream attempts; tun, for an upgrade, is the
+	// tunnel that takes the access log entry once the 101 is relayed.
+	trip cluster.Trip
+	tun  *tunnel
 }
 
 // Handle serves one HTTP/1 request (the engine's fasthttp server calls it). It runs on a fasthttp worker
@@ -180,7 +186,8 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 		}
 	}
 	t := c.s.l.Table()
-	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP(), Via: t.Via11}
+	hop := headers.Hop{Host: req.Header.Host(), TLS: c.ctx.IsTLS(), Upgrade: c.upgrade, TETrailers: rt.Cluster.NetHTTP(),
+		Via: t.Via11, RequestID: t.RequestID}
 	if c.http10 {
 		hop.Via = t.Via10
 	}
@@ -214,7 +221,7 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 		// HTTP/1.0 without Host: name the endpoint, as HTTP/1.1 requires.
 		req.Header.SetHost(ep.Addr())
 	}
-	ep, err := rt.Cluster.ExchangeH1(context.Background(), ep, req, resp, c.s.l.Log)
+	ep, err := rt.Cluster.ExchangeH1(context.Background(), ep, req, resp, &c.trip, c.s.l.Log)
 	if err != nil {
 		return 0, ep, err
 	}
@@ -233,8 +240,11 @@ func (c *call) Context() context.Context { return context.Background() }
 
 // Finish closes the connection after the response when the client's body
 // failed or was not read to its end (an upstream's early answer): the
-// client may still be sending. It releases the body.
-func (c *call) Finish(int) {
+// client may still be sending. It releases the body, and completes e.
+func (c *call) Finish(status int, e *access.Entry) {
+	if e != nil {
+		c.account(status, e)
+	}
 	resp := &c.ctx.Response
 	if b := c.body; b != nil {
 		if !c.closeAfter {
@@ -257,6 +267,61 @@ func (c *call) Finish(int) {
 	if c.http10 && !c.upgrade && resp.IsBodyStream() && resp.Header.ContentLength() < 0 {
 		c.untilClose()
 	}
+}
+
+// The access log's protocol names.
+const (
+	protoHTTP10 = "HTTP/1.0"
+	protoHTTP11 = "HTTP/1.1"
+)
+
+var hdrTraceparent = []byte("Traceparent")
+
+// account sets the engine's fields of e and ends it, now if the response
+// is complete, or when its streamed body (or, for an upgrade, the
+// tunnel) ends.
+func (c *call) account(status int, e *access.Entry) {
+	req, resp := &c.ctx.Request, &c.ctx.Response
+	h := &req.Header
+	e.Protocol = protoHTTP11
+	if c.http10 {
+		e.Protocol = protoHTTP10
+	}
+	if c.conn != nil {
+		e.Set(access.Client, c.conn.ClientIP)
+	}
+	e.Set(access.Method, h.Method())
+	e.Set(access.Authority, h.Host())
+	e.Set(access.Path, h.RequestURI())
+	e.Set(access.RequestID, h.Peek(headers.XRequestID))
+	e.Set(access.TraceID, access.TraceIDOf(h.PeekBytes(hdrTraceparent)))
+	e.Set(access.UserAgent, h.UserAgent())
+	e.Set(access.Referer, h.Referer())
+	e.Attempts = c.trip.Attempts
+	switch {
+	case c.body != nil:
+		e.RequestBytes = c.body.BytesRead()
+	case !req.IsBodyStream():
+		e.RequestBytes = int64(len(req.Body()))
+	}
+	switch {
+	case c.tun != nil && status == fasthttp.StatusSwitchingProtocols:
+		c.tun.entry = e // the tunnel's end ends it
+		return
+	case resp.IsBodyStream():
+		if w, ok := resp.BodyStream().(upstream.WatchedBody); ok {
+			if c.body != nil {
+				// The request's body may still be streaming up.
+				c.body.Hold()
+				e.CountBody(c.body)
+			}
+			w.Watch(e) // the body's end ends it
+			return
+		}
+	case !resp.SkipBody && !h.IsHead():
+		e.ResponseBytes = int64(len(resp.Body()))
+	}
+	e.End(time.Now())
 }
 
 // untilClose sends a response of unknown length (chunked or ended by the
@@ -283,14 +348,4 @@ func (c *call) untilClose() {
 		}
 		io.Copy(down, resp.BodyStream())
 	})
-}
-
-// AccessFields returns what the access log shows of the request.
-func (c *call) AccessFields() (client, method, host, uri string, bytes int) {
-	if c.conn != nil {
-		client = string(c.conn.ClientIP)
-	}
-	req := &c.ctx.Request
-	return client, string(req.Header.Method()), string(req.Header.Host()), string(req.Header.RequestURI()),
-		c.ctx.Response.Header.ContentLength()
 }

@@ -25,7 +25,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	// A retry's copy of the request must keep the trailer map OnEOF fills.
 	trailer := out.Trailer
 	keepTrailer := func(o *http.Request) { o.Trailer = trailer }
-	resp, ep, err := rt.Cluster.ExchangeHTTP(context.Background(), ep, out, c.body, keepTrailer, c.s.l.Log)
+	resp, ep, err := rt.Cluster.ExchangeHTTP(context.Background(), ep, out, c.body, keepTrailer, &c.trip, c.s.l.Log)
 	if err != nil {
 		c.body.StopAttempt()
 		return 0, ep, err
@@ -143,10 +143,17 @@ type httpBody struct {
 	// once the response is written.
 	req  *upstream.Body
 	once sync.Once
+	// n counts the bytes read, for watch (nil: none).
+	n     int64
+	watch upstream.BodyWatcher
 }
+
+// Watch implements upstream.WatchedBody.
+func (b *httpBody) Watch(w upstream.BodyWatcher) { b.watch = w }
 
 func (b *httpBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
 	if err == io.EOF {
 		for k, vv := range b.resp.Trailer {
 			if b.down.AddTrailer(k) != nil {
@@ -163,6 +170,9 @@ func (b *httpBody) Read(p []byte) (int, error) {
 func (b *httpBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.once.Do(func() {
+		if b.watch != nil {
+			b.watch.BodyRelayed(b.n)
+		}
 		b.ep.Release()
 		if b.req != nil {
 			b.req.StopAttempt()

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/route"
@@ -42,6 +43,7 @@ func isWebSocket(upgrade []byte) bool {
 // streamed from that connection, which closes after it.
 func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
 	ctx, conn := c.ctx, c.conn
+	c.trip.Attempts = 1
 	up, err := rt.Cluster.Dial(ep)
 	if err != nil {
 		return 0, ep, &upstream.Error{Kind: upstream.KindConnect, Err: err}
@@ -88,6 +90,8 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 	up.SetReadDeadline(time.Time{})
 	headers.FastResponse(&resp.Header, true, via)
 	head := append([]byte(nil), resp.Header.Header()...)
+	tun := &tunnel{}
+	c.tun = tun
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(down net.Conn) {
 		if conn != nil {
@@ -95,11 +99,29 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 		}
 		if _, err := down.Write(head); err != nil {
 			up.Close()
+			tun.end(0, 0)
 			return
 		}
-		relay(down, conn, up, br)
+		tun.end(relay(down, conn, up, br))
 	})
 	return fasthttp.StatusSwitchingProtocols, ep, nil
+}
+
+// tunnel is an upgraded connection's relay, as the request's handler
+// leaves it: entry is the access log entry (nil: the log is off) that the
+// relay's end completes. The handler sets entry before it returns, and
+// so before the relay starts.
+type tunnel struct {
+	entry *access.Entry
+}
+
+// end completes the entry with the bytes relayed each way.
+func (t *tunnel) end(up, down int64) {
+	if e := t.entry; e != nil {
+		e.RequestBytes += up
+		e.ResponseBytes = down
+		e.End(time.Now())
+	}
 }
 
 // closingBody streams a response body read from a connection of its own,
@@ -108,17 +130,29 @@ type closingBody struct {
 	up      fasthttp.Response // holds fasthttp's body decoder
 	conn    net.Conn
 	timeout time.Duration
+	// n counts the bytes read, for watch (nil: none).
+	n     int64
+	watch upstream.BodyWatcher
 }
+
+// Watch implements upstream.WatchedBody.
+func (b *closingBody) Watch(w upstream.BodyWatcher) { b.watch = w }
 
 func (b *closingBody) Read(p []byte) (int, error) {
 	if err := b.conn.SetReadDeadline(time.Now().Add(b.timeout)); err != nil {
 		return 0, err
 	}
-	return b.up.BodyStream().Read(p)
+	n, err := b.up.BodyStream().Read(p)
+	b.n += int64(n)
+	return n, err
 }
 
 func (b *closingBody) Close() error {
 	b.conn.Close()
+	if b.watch != nil {
+		b.watch.BodyRelayed(b.n)
+		b.watch = nil
+	}
 	return b.up.CloseBodyStream()
 }
 
@@ -127,16 +161,17 @@ func (b *closingBody) Close() error {
 // both: the connections are closed and the other copy returns. down reads
 // through the engine's buffer (it may hold bytes the client sent right
 // after its request); conn is the same client connection, closed at the
-// end so that the registry sees it go.
-func relay(down net.Conn, conn *drain.Conn, up *upstream.Conn, upReader *bufio.Reader) {
+// end so that the registry sees it go. It returns the bytes relayed up
+// and down.
+func relay(down net.Conn, conn *drain.Conn, up *upstream.Conn, upReader *bufio.Reader) (sentUp, sentDown int64) {
 	done := make(chan struct{}, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		io.Copy(up, down)
+		sentUp, _ = io.Copy(up, down)
 		done <- struct{}{}
 	})
 	wg.Go(func() {
-		io.Copy(down, upReader)
+		sentDown, _ = io.Copy(down, upReader)
 		done <- struct{}{}
 	})
 	<-done
@@ -146,4 +181,5 @@ func relay(down net.Conn, conn *drain.Conn, up *upstream.Conn, upReader *bufio.R
 		conn.Close()
 	}
 	wg.Wait()
+	return sentUp, sentDown
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
@@ -87,6 +88,10 @@ type call struct {
 	// INTERNAL_ERROR).
 	relayErr  error
 	resetCode http2.ErrCode
+	// trip counts the upstream attempts; sent the response body bytes
+	// written to the client.
+	trip cluster.Trip
+	sent int64
 }
 
 // Refuse turns away CONNECT.
@@ -124,7 +129,7 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			}
 		}
 	}
-	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP(), Via: t.Via2}
+	hop := headers.Hop{Host: st.Authority(), TLS: st.TLS(), TETrailers: rt.Cluster.NetHTTP(), Via: t.Via2, RequestID: t.RequestID}
 	if c.conn != nil {
 		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
 	} else {
@@ -304,7 +309,7 @@ func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoi
 // sendH1 exchanges with an HTTP/1 upstream and relays the response.
 func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
 	st, resp := c.st, c.resp
-	ep, err := rt.Cluster.ExchangeH1(st.Context(), ep, c.req, resp, c.l.Log)
+	ep, err := rt.Cluster.ExchangeH1(st.Context(), ep, c.req, resp, &c.trip, c.l.Log)
 	if err != nil {
 		return 0, ep, err
 	}
@@ -315,7 +320,7 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	status := resp.StatusCode()
 	if s := resp.BodyStream(); s != nil {
 		_ = st.WriteHeader(status, false)
-		c.relayErr = copyBody(st, s)
+		c.sent, c.relayErr = copyBody(st, s)
 		_ = resp.CloseBodyStream() // gives the upstream connection back, or closes it
 		if c.relayErr == nil {
 			// The upstream's trailers, received with the body's end.
@@ -334,7 +339,9 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 		return status, ep, nil
 	}
 	_ = st.WriteHeader(status, false)
-	if _, err := st.Write(b); err != nil {
+	n, err := st.Write(b)
+	c.sent = int64(n)
+	if err != nil {
 		c.relayErr = err
 	} else {
 		c.relayErr = st.End()
@@ -354,7 +361,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	if out.Trailer != nil {
 		keepTrailer = func(o *http.Request) { o.Trailer = c.trailer }
 	}
-	resp, ep, err := rt.Cluster.ExchangeHTTP(st.Context(), ep, out, c.body, keepTrailer, c.l.Log)
+	resp, ep, err := rt.Cluster.ExchangeHTTP(st.Context(), ep, out, c.body, keepTrailer, &c.trip, c.l.Log)
 	var se http2.StreamError
 	if err != nil && errors.As(err, &se) && se.Code == http2.ErrCodeCancel && st.Context().Err() == nil {
 		// The upstream cancelled the stream before answering (a gRPC
@@ -390,7 +397,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		c.relayErr = err
 		return resp.StatusCode, ep, nil
 	}
-	if err := copyBody(st, resp.Body); err != nil {
+	if c.sent, err = copyBody(st, resp.Body); err != nil {
 		c.relayErr = err
 		return resp.StatusCode, ep, nil
 	}
@@ -419,7 +426,9 @@ func (c *call) Reply(status int, msg string) {
 	if st.WriteHeader(status, len(msg) == 0) != nil || len(msg) == 0 {
 		return
 	}
-	if _, err := io.WriteString(st, msg); err == nil {
+	n, err := io.WriteString(st, msg)
+	c.sent = int64(n)
+	if err == nil {
 		_ = st.End()
 	}
 }
@@ -431,8 +440,11 @@ func (c *call) Body() *upstream.Body { return c.body }
 // gone.
 func (c *call) Context() context.Context { return c.st.Context() }
 
-// Finish releases what the request held.
-func (c *call) Finish(int) {
+// Finish completes e and releases what the request held.
+func (c *call) Finish(_ int, e *access.Entry) {
+	if e != nil {
+		c.account(e)
+	}
 	if c.req != nil {
 		fasthttp.ReleaseRequest(c.req)
 		fasthttp.ReleaseResponse(c.resp)
@@ -444,12 +456,42 @@ func (c *call) Finish(int) {
 	}
 }
 
-// AccessFields returns what the access log shows of the request.
-func (c *call) AccessFields() (client, method, host, uri string, bytes int) {
+// protoHTTP2 is the access log's protocol name.
+const protoHTTP2 = "HTTP/2.0"
+
+// account sets the engine's fields of e and ends it: the response has
+// been relayed (or failed) by now.
+func (c *call) account(e *access.Entry) {
+	st := c.st
+	fields := st.Fields()
+	e.Protocol = protoHTTP2
 	if c.conn != nil {
-		client = string(c.conn.ClientIP)
+		e.Set(access.Client, c.conn.ClientIP)
 	}
-	return client, string(c.st.Method()), string(c.st.Authority()), string(c.st.Path()), -1
+	e.Set(access.Method, st.Method())
+	e.Set(access.Authority, st.Authority())
+	e.Set(access.Path, st.Path())
+	switch {
+	case c.req != nil:
+		e.Set(access.RequestID, c.req.Header.Peek(headers.XRequestID))
+	case c.out != nil:
+		e.SetString(access.RequestID, c.out.Header.Get(headers.XRequestID))
+	default:
+		e.Set(access.RequestID, fields.Get("x-request-id"))
+	}
+	e.Set(access.TraceID, access.TraceIDOf(fields.Get("traceparent")))
+	e.Set(access.UserAgent, fields.Get("user-agent"))
+	e.Set(access.Referer, fields.Get("referer"))
+	e.Attempts = c.trip.Attempts
+	e.RequestBytes = c.body.BytesRead()
+	e.ResponseBytes = c.sent
+	switch {
+	case c.resetCode == http2.ErrCodeCancel:
+		e.Error = "upstream_cancelled"
+	case c.relayErr != nil && e.Error == "":
+		e.Error = "response_incomplete"
+	}
+	e.End(time.Now())
 }
 
 // copyBufPool holds the buffers response bodies are relayed through.
@@ -458,23 +500,27 @@ var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // copyBody relays a response body. Each piece goes to the client as soon
 // as the connection's writer gets to it: a body of unknown length may be
 // a stream of messages (gRPC, server-sent events) that must not wait for
-// a buffer to fill. The error is the upstream's or the client's.
-func copyBody(st *Stream, src io.Reader) error {
+// a buffer to fill. It returns the bytes written; the error is the
+// upstream's or the client's.
+func copyBody(st *Stream, src io.Reader) (int64, error) {
 	bp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bp)
 	buf := *bp
+	var sent int64
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if _, werr := st.Write(buf[:n]); werr != nil {
-				return werr
+			w, werr := st.Write(buf[:n])
+			sent += int64(w)
+			if werr != nil {
+				return sent, werr
 			}
 		}
 		if err == io.EOF {
-			return nil
+			return sent, nil
 		}
 		if err != nil {
-			return err
+			return sent, err
 		}
 	}
 }

@@ -22,6 +22,7 @@ func hopOf(flags byte) Hop {
 	if flags&16 != 0 {
 		h.ClientIP = []byte("192.0.2.7")
 	}
+	h.RequestID = RequestIDPolicy(flags >> 5 % 3)
 	return h
 }
 
@@ -37,6 +38,7 @@ func FuzzRequestRules(f *testing.F) {
 	f.Add("Host: a\r\nTE: trailers\r\nUpgrade: websocket\r\nConnection: upgrade\r\n", byte(12))
 	f.Add("Host: a\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\n", byte(19))
 	f.Add("Host: a\r\nForwarded: for=1.2.3.4\r\nExpect: 100-continue\r\nKeep-Alive: 5\r\n", byte(0))
+	f.Add("Host: a\r\nX-Request-Id: abc\r\nX-Request-Id: d e\r\nConnection: X-Request-Id\r\n", byte(0x22))
 	f.Fuzz(func(t *testing.T, raw string, flags byte) {
 		hop := hopOf(flags)
 		var fh fasthttp.RequestHeader
@@ -62,6 +64,9 @@ func FuzzRequestRules(f *testing.F) {
 		fast := fastFields(&fh)
 		for name, out := range map[string]http.Header{"fasthttp": fast, "net/http": std} {
 			checkRequestInvariants(t, name, out, hop, named)
+			if ids := out[XRequestID]; len(ids) == 1 && newID.MatchString(ids[0]) {
+				out[XRequestID] = []string{"new"} // each adapter made its own
+			}
 		}
 		if sameInput && !maps.EqualFunc(fast, std, slices.Equal) {
 			t.Fatalf("adapters disagree on %q (flags %08b):\nfasthttp %v\nnet/http %v", raw, flags, fast, std)
@@ -108,13 +113,17 @@ func checkRequestInvariants(t *testing.T, adapter string, h http.Header, hop Hop
 	}
 	if !hop.Upgrade {
 		for _, name := range named {
-			if _, ok := h[name]; ok && !isProtected(name) && hopBit(name) == 0 && !forwardedByEbb(name) {
+			if _, ok := h[name]; ok && !isProtected(name) && hopBit(name) == 0 && !forwardedByEbb(name) &&
+				!(name == XRequestID && hop.RequestID != RequestIDOff) {
 				fail("%s survived although Connection named it", name)
 			}
 		}
 	}
 	if _, ok := h["Expect"]; ok {
 		fail("Expect survived")
+	}
+	if ids := h[XRequestID]; hop.RequestID != RequestIDOff && (len(ids) != 1 || !validRequestID([]byte(ids[0]))) {
+		fail("X-Request-Id %q, want one valid id", ids)
 	}
 	if _, ok := h["Forwarded"]; ok && !hop.Trust {
 		fail("untrusted Forwarded survived")

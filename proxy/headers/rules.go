@@ -5,7 +5,8 @@
 // engine has handled it, X-Forwarded-For/-Proto/-Host are set as single
 // lines (X-Forwarded-For appended to only from a trusted proxy), and
 // Forwarded and X-Real-IP are dropped unless the peer is a trusted proxy,
-// and ebb's Via entry is appended both ways when headers.via names one.
+// ebb's Via entry is appended both ways when headers.via names one, and
+// X-Request-Id is kept or given as headers.request_id says.
 //
 // The rules are written once against Fields, the few operations they need
 // of a header section; thin adapters apply them to fasthttp's request and
@@ -58,6 +59,8 @@ type Hop struct {
 	// version the request was received with and ebb's name, such as
 	// "1.1 ebb" (headers.via).
 	Via []byte
+	// RequestID is what becomes of X-Request-Id (headers.request_id).
+	RequestID RequestIDPolicy
 }
 
 // Header names ebb reads or writes, in canonical form.
@@ -144,7 +147,7 @@ func request(h Fields, found hopMask, hop *Hop, scratch []byte) []byte {
 	if len(hop.Via) > 0 {
 		scratch = appendVia(h, hop.Via, scratch)
 	}
-	return scratch
+	return setRequestID(h, hop, scratch)
 }
 
 // response applies the response rules to h: its hop-by-hop fields go,

@@ -12,7 +12,9 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 )
 
@@ -22,9 +24,9 @@ import (
 type Snapshot struct {
 	Tables   []*Table // indexed like the configuration's listeners
 	Clusters map[string]*cluster.Cluster
-	// Access receives one line per request (telemetry.log.access); nil:
+	// Access receives one line per request (telemetry.access_log); nil:
 	// off. Build leaves it to the caller.
-	Access *slog.Logger
+	Access *access.Log
 }
 
 // Build compiles routes and clusters of cfg. A cluster of prev (nil: none)
@@ -45,7 +47,7 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 	for _, l := range cfg.Listeners {
 		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), MaxInFlight: int64(l.Limits.MaxInFlight), TrustForwarded: l.Headers.TrustForwarded,
 			Via10: via("1.0", l.Headers.Via), Via11: via("1.1", l.Headers.Via), Via2: via("2", l.Headers.Via),
-			TrustedProxies: trustedProxies(l.Headers.TrustedProxies)}
+			TrustedProxies: trustedProxies(l.Headers.TrustedProxies), RequestID: requestIDPolicy(l.Headers.RequestID)}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
 			rm, ok := byCluster[r.Cluster]
@@ -95,6 +97,19 @@ type Table struct {
 	Via10, Via11, Via2 []byte
 	TrustForwarded     bool
 	TrustedProxies     []netip.Prefix
+	// RequestID is headers.request_id.
+	RequestID headers.RequestIDPolicy
+}
+
+// requestIDPolicy maps headers.request_id to its policy.
+func requestIDPolicy(v string) headers.RequestIDPolicy {
+	switch v {
+	case config.RequestIDTrusted:
+		return headers.RequestIDTrusted
+	case config.RequestIDAny:
+		return headers.RequestIDAny
+	}
+	return headers.RequestIDOff
 }
 
 // via returns the Via entry for a message received in version, or nil

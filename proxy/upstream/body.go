@@ -35,8 +35,9 @@ type Body struct {
 	limit    int64 // 0: none
 	size     int64 // Content-Length, or -1 (unknown: chunked)
 	n        int64
-	deadline bool        // the body is still on the socket: time each read...
-	pace     pace.Budget // ...by this
+	got      atomic.Int64 // n, for the handler while another goroutine reads
+	deadline bool         // the body is still on the socket: time each read...
+	pace     pace.Budget  // ...by this
 	// answered: the upstream's response has begun; its reads are then
 	// the upstream's business, untimed (a bidirectional stream may idle).
 	answered atomic.Bool
@@ -103,11 +104,21 @@ func (b *Body) Release() {
 	}
 	b.r, b.conn, b.OnEOF, b.cur = nil, nil, nil, nil
 	b.n, b.eof, b.buffered, b.buf = 0, false, false, buf
+	b.got.Store(0)
 	b.whole.Store(false)
 	b.fault.Store(nil)
 	b.interrupted.Store(false)
 	b.answered.Store(false)
 	bodyPool.Put(b)
+}
+
+// BytesRead returns how many bytes of the body have been read from the
+// client so far (b may be nil: 0).
+func (b *Body) BytesRead() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.got.Load()
 }
 
 // Buffered returns the whole body once Fill has read it, or nil: the
@@ -201,6 +212,9 @@ func (b *Body) read(p []byte) (int, error) {
 		b.pace.Waited(time.Since(start), n)
 	}
 	b.n += int64(n)
+	if n > 0 {
+		b.got.Store(b.n)
+	}
 	if err != nil && b.interrupted.Load() {
 		// ebb cut the read short, not the client: whatever ended the
 		// attempt is the request's failure.

@@ -9,6 +9,21 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 )
 
+// BodyWatcher is told that a response body streamed to the client has
+// ended, with the number of bytes read from it (the access log's
+// response_bytes).
+type BodyWatcher interface {
+	BodyRelayed(n int64)
+}
+
+// WatchedBody is a streamed response body that tells a watcher of its
+// end; the body streams of the HTTP/1 transport are.
+type WatchedBody interface {
+	// Watch makes w the body's watcher. It is called before the body is
+	// read, on the goroutine that set the body.
+	Watch(w BodyWatcher)
+}
+
 // Conn is an upstream connection with what ebb needs to know about it.
 // One exchange at a time uses it.
 type Conn struct {

@@ -394,13 +394,20 @@ type bodyStream[C pooledConn] struct {
 	// down is the header of the response being sent downstream; the
 	// upstream's trailers join it when the body ends.
 	down *fasthttp.ResponseHeader
+	// n counts the bytes read, for watch (nil: none).
+	n     int64
+	watch BodyWatcher
 }
+
+// Watch implements WatchedBody.
+func (s *bodyStream[C]) Watch(w BodyWatcher) { s.watch = w }
 
 func (s *bodyStream[C]) Read(p []byte) (int, error) {
 	if err := s.conn.SetReadDeadline(time.Now().Add(s.t.responseTimeout)); err != nil {
 		return 0, err
 	}
 	n, err := s.up.BodyStream().Read(p)
+	s.n += int64(n)
 	if err == io.EOF {
 		s.eof = true
 		copyTrailers(s.down, &s.up.Header)
@@ -423,6 +430,9 @@ func copyTrailers(dst, src *fasthttp.ResponseHeader) {
 // writer stopped, if it did.
 func (s *bodyStream[C]) CloseWithError(err error) error {
 	t := s.t
+	if w := s.watch; w != nil {
+		w.BodyRelayed(s.n)
+	}
 	s.release(err)
 	t.finish()
 	return nil
@@ -450,6 +460,7 @@ func (s *bodyStream[C]) release(err error) {
 	}
 	var zero C
 	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.stop, s.down = zero, nil, nil, false, false, nil, nil
+	s.n, s.watch = 0, nil
 	s.up.Reset()
 	t.streams.Put(s)
 }

@@ -50,7 +50,10 @@
 #   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
 #   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
 #                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
-#                 (h1 only); the grpc part measures direct and, if listed, ebb
+#                 (h1 only); the grpc part measures direct and, if listed, ebb;
+#                 ebb-log (h1 and h2c parts) is ebb with its access log on
+#                 (JSON to a file; the others, ebb included, log no requests):
+#                 what the access log costs
 #   BASE=REF      also measure ebb as built from the git commit REF (proxy
 #                 "base", h1 and h2c parts), interleaved with today's ebb:
 #                 the way to see what a change costs or buys
@@ -58,7 +61,7 @@
 #                 under one more h2load run; saved next to the report
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
 #   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
-#   BASE_PORT=18090 BASE_ADMIN_PORT=18091
+#   BASE_PORT=18090 BASE_ADMIN_PORT=18091 EBB_LOG_PORT=18097 EBB_LOG_ADMIN_PORT=18098
 #   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
 #   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
 #   NGINX_GRPC_PORT=18095 HAPROXY_GRPC_PORT=18096
@@ -88,6 +91,8 @@ ORIGIN_PORT=${ORIGIN_PORT:-18000}
 EBB_PORT=${EBB_PORT:-18080}
 BASE_PORT=${BASE_PORT:-18090}
 BASE_ADMIN_PORT=${BASE_ADMIN_PORT:-18091}
+EBB_LOG_PORT=${EBB_LOG_PORT:-18097}
+EBB_LOG_ADMIN_PORT=${EBB_LOG_ADMIN_PORT:-18098}
 BASE=${BASE:-}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
@@ -173,7 +178,7 @@ for c in $GRPC_CONCURRENCY; do
 done
 if [[ -n $BASE ]] && ! has_proxy base; then PROXIES+=" base"; fi
 for p in $PROXIES; do
-	case $p in ebb | nginx | haproxy | fasthttp) ;; base) [[ -n $BASE ]] || die "proxy 'base' needs BASE (a git commit)" ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
+	case $p in ebb | ebb-log | nginx | haproxy | fasthttp) ;; base) [[ -n $BASE ]] || die "proxy 'base' needs BASE (a git commit)" ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
 done
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -294,7 +299,7 @@ check_h2c() {
 # Build ebb (and the helpers the chosen parts need)
 # ---------------------------------------------------------------------------
 
-if has_proxy ebb; then
+if has_proxy ebb || has_proxy ebb-log; then
 	log "building ebb from $REPO_DIR"
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
 fi
@@ -331,10 +336,10 @@ fi
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
-declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT [base]=$BASE_PORT)
+declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT [base]=$BASE_PORT [ebb-log]=$EBB_LOG_PORT)
 # ebb serves HTTP/1.1 and h2c (prior knowledge) on one port; nginx and
 # HAProxy get a second, HTTP/2-only, port.
-declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT)
+declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT [ebb-log]=$EBB_LOG_PORT)
 declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT [nginx]=$NGINX_GRPC_PORT [haproxy]=$HAPROXY_GRPC_PORT)
 
@@ -346,6 +351,7 @@ for p in $PROXIES; do
 done
 has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
 has_proxy base && USED_PORTS+=("$BASE_ADMIN_PORT")
+has_proxy ebb-log && USED_PORTS+=("$EBB_LOG_ADMIN_PORT")
 has_part grpc && USED_PORTS+=("$GRPC_PORT")
 has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
 has_part grpc && has_proxy nginx && USED_PORTS+=("$NGINX_GRPC_PORT")
@@ -438,12 +444,13 @@ check_grpc() {
 # Proxies, all on CPU 0, all with keep-alive to the origin, no logging.
 # ---------------------------------------------------------------------------
 
-declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log [base]=$WORK/base/ebb.log)
+declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log [base]=$WORK/base/ebb.log [ebb-log]=$WORK/ebb-log/ebb.log)
 
-mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base"
+mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base" "$WORK/ebb-log"
 
 # One listener serves HTTP/1.1 and h2c (sniffed); the cluster speaks
-# HTTP/1.1 to the origin (protocol: http1, the default).
+# HTTP/1.1 to the origin (protocol: http1, the default). No access log,
+# as nginx and HAProxy have none here (ebb-log measures one).
 cat >"$WORK/ebb/ebb.yaml" <<EOF
 admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
 listeners:
@@ -457,11 +464,21 @@ clusters:
     discovery: { static: ["127.0.0.1:$ORIGIN_PORT"] }
 telemetry:
   log: { level: warn }
+  access_log: { enabled: false }
 EOF
 
-# The base build: the same configuration on its own ports.
+# The base build: the same configuration on its own ports. (A base from
+# before telemetry.access_log existed has no such key.)
 sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$BASE_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$BASE_PORT/" \
 	"$WORK/ebb/ebb.yaml" >"$WORK/base/ebb.yaml"
+if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" | grep -q 'key:"access_log"'; then
+	sed -i '/access_log:/d' "$WORK/base/ebb.yaml"
+fi
+# ebb-log: the same with the access log on, to a file (emptied before
+# each run: see run_load).
+sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$EBB_LOG_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$EBB_LOG_PORT/" \
+	-e "s|access_log: { enabled: false }|access_log: { enabled: true, format: json, path: \"$WORK/ebb-log/access.log\" }|" \
+	"$WORK/ebb/ebb.yaml" >"$WORK/ebb-log/ebb.yaml"
 
 # The h2tls part: a second listener with TLS (not in the base's copy: the
 # base runs no TLS variant).
@@ -652,6 +669,10 @@ start_proxy() {
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$WORK/base/ebb.yaml" \
 			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
+	ebb-log)
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$WORK/ebb-log/ebb.yaml" \
+			>"$WORK/ebb-log/stdout.log" 2>"${LOGF[ebb-log]}" &
+		;;
 	nginx)
 		taskset -c "$PROXY_CPU" nginx -p "$WORK/nginx" -e "${LOGF[nginx]}" \
 			-c "$WORK/nginx/nginx${V_WIDE[$v]:+-wide}.conf" >"$WORK/nginx/stdout.log" 2>&1 &
@@ -767,6 +788,9 @@ run_load() {
 			-duration "${dur}s" -concurrency "${V_CONNS[$v]}")
 		;;
 	esac
+	# ebb-log's access log from the last run goes (truncated in place:
+	# ebb appends to it).
+	[[ $p != ebb-log ]] || : >"$WORK/ebb-log/access.log"
 	timeout --kill-after=5 $((dur + 30)) taskset -c "$LOAD_CPU" "${cmd[@]}" >"$out" 2>&1 ||
 		{ cat "$out" >&2; die "${cmd[0]##*/} failed against $p (${V_LABEL[$v]})"; }
 }
@@ -1067,7 +1091,7 @@ if has_part idle; then
 fi
 IDLE_H1_TARGETS=()
 if has_part idle-h1; then
-	IDLE_H1_TARGETS=("${PROXY_LIST[@]}")
+	for p in "${PROXY_LIST[@]}"; do [[ $p == ebb-log ]] || IDLE_H1_TARGETS+=("$p"); done
 	V_KIND[idle-h1]=wrk
 	V_WIDE[idle-h1]=1 # nginx and HAProxy sized for IDLE_H1_CONNS
 	for p in "${IDLE_H1_TARGETS[@]}"; do
@@ -1190,6 +1214,9 @@ headline() {
 		# µs CPU/req: above 1, ebb costs more.
 		echo "ebb/$name: $(ratio "$(col "$v" ebb rps)" "$(col "$v" "$o" rps)") in req/s, $(ratio "$(col "$v" ebb cpu_us_per_req)" "$(col "$v" "$o" cpu_us_per_req)") in µs CPU/req  "
 	done
+	if has_target "$v" ebb-log; then
+		echo "ebb-log/ebb (the access log's cost): $(ratio "$(col "$v" ebb-log rps)" "$(col "$v" ebb rps)") in req/s, $(ratio "$(col "$v" ebb-log cpu_us_per_req)" "$(col "$v" ebb cpu_us_per_req)") in µs CPU/req  "
+	fi
 }
 
 ORIGINS="nginx"

@@ -116,9 +116,11 @@ func checkWAFExit(t *testing.T, l *load, ng *nginxProc, a *ebbProc, trigger, exi
 	}
 }
 
-// wafReplicaYAML is one ebb replica of the WAF scenario.
+// wafReplicaYAML is one ebb replica of the WAF scenario. The WAF (on
+// 127.0.0.1) is a trusted proxy, as a deployment behind one lists it: its
+// X-Request-Id (the client's, which the origin echoes) is kept.
 func wafReplicaYAML(origin string) string {
-	return singleClusterYAML(origin) + scenarioDrain(10*time.Second)
+	return oneClusterYAML(origin, []string{`headers: { trusted_proxies: ["127.0.0.1"] }`}, nil) + scenarioDrain(10*time.Second)
 }
 
 // TestDrainWAF puts nginx, as a WAF with a keep-alive upstream pool and
@@ -193,7 +195,7 @@ func TestDrainWAF(t *testing.T) {
 	t.Run("refusing", func(t *testing.T) {
 		t.Parallel()
 		replica := func(origin string) string {
-			return singleClusterYAML(origin) + scenarioDrain(10*time.Second, "  accept_until: after_delay")
+			return wafReplicaYAML(origin) + "  accept_until: after_delay\n"
 		}
 		a := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("A")))))
 		b := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("B")))))

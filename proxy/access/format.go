@@ -2,6 +2,7 @@ package access
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -17,17 +18,37 @@ func (f Format) encode(b []byte, e *Entry, d time.Duration) []byte {
 	return encodeJSON(b, e, d)
 }
 
-// timeLayout is RFC 3339 with milliseconds, always in UTC.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // durationMillis appends d in milliseconds with microsecond precision.
 func durationMillis(b []byte, d time.Duration) []byte {
 	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
 }
 
+// appendTime appends t in UTC as RFC 3339 with milliseconds. The part
+// up to the second is formatted once a second.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	sec := t.Unix()
+	c := lastSecond.Load()
+	if c == nil || c.unix != sec {
+		c = &secondText{unix: sec, text: t.Truncate(time.Second).AppendFormat(nil, "2006-01-02T15:04:05.")}
+		lastSecond.Store(c)
+	}
+	b = append(b, c.text...)
+	ms := t.Nanosecond() / 1e6
+	return append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+}
+
+// secondText is one second's formatted prefix.
+type secondText struct {
+	unix int64
+	text []byte
+}
+
+var lastSecond atomic.Pointer[secondText]
+
 func encodeJSON(b []byte, e *Entry, d time.Duration) []byte {
 	b = append(b, `{"time":"`...)
-	b = e.Start.UTC().AppendFormat(b, timeLayout)
+	b = appendTime(b, e.Start)
 	b = append(b, `","listener":`...)
 	b = jsonString(b, e.Listener)
 	b = append(b, `,"protocol":`...)
@@ -71,11 +92,24 @@ func encodeJSON(b []byte, e *Entry, d time.Duration) []byte {
 
 const hex = "0123456789abcdef"
 
+// safe marks the bytes a JSON string holds as they are.
+var safe = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != 0x7f
+	}
+	return t
+}()
+
 // jsonString appends s as a JSON string. Bytes that are not valid UTF-8
 // become U+FFFD, as encoding/json writes them, so that every line parses.
 func jsonString[S string | []byte](b []byte, s S) []byte {
 	b = append(b, '"')
-	for i := 0; i < len(s); {
+	i := 0
+	for i < len(s) && safe[s[i]] {
+		i++
+	}
+	b = append(b, s[:i]...) // most values need no escape
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -118,7 +152,7 @@ func decodeRune[S string | []byte](s S) (rune, int) {
 
 func encodeText(b []byte, e *Entry, d time.Duration) []byte {
 	b = append(b, "time="...)
-	b = e.Start.UTC().AppendFormat(b, timeLayout)
+	b = appendTime(b, e.Start)
 	b = textPair(b, " listener=", e.Listener)
 	b = textPair(b, " protocol=", e.Protocol)
 	b = textPair(b, " client=", e.Get(Client))

@@ -108,6 +108,8 @@ func (d *decoder) decode(key string, raw any, out reflect.Value) {
 		d.decodeStruct(key, raw, out)
 	case reflect.Slice:
 		d.decodeSlice(key, raw, out)
+	case reflect.Map:
+		d.decodeMap(key, raw, out)
 	case reflect.String:
 		switch x := raw.(type) {
 		case string:
@@ -197,6 +199,32 @@ func (d *decoder) decodeStruct(key string, raw any, out reflect.Value) {
 			continue
 		}
 		d.decode(sub, m[k], out.Field(i))
+	}
+}
+
+// decodeMap decodes a mapping of names to values (map[string]string),
+// such as HTTP headers: its keys are the user's, not the schema's.
+func (d *decoder) decodeMap(key string, raw any, out reflect.Value) {
+	if raw == nil {
+		return
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		d.fail(key, "expected a mapping of names to values, got %s", describe(raw))
+		return
+	}
+	if out.IsNil() {
+		out.Set(reflect.MakeMapWithSize(out.Type(), len(m)))
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := reflect.New(out.Type().Elem()).Elem()
+		d.decode(join(key, k), m[k], v)
+		out.SetMapIndex(reflect.ValueOf(k), v)
 	}
 }
 

@@ -569,3 +569,50 @@ func TestValidateTrustedProxies(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateTelemetry(t *testing.T) {
+	for _, tc := range []struct {
+		set  string // under telemetry:
+		want string // a problem; none if empty
+	}{
+		{set: "access_log: { enabled: false }"},
+		{set: "access_log: { format: combined, path: /var/log/ebb/access.log }"},
+		{set: "access_log: { format: clf }", want: `telemetry.access_log.format: expected one of json, text, combined, got "clf"`},
+		{set: "log: { access: true }", want: "telemetry.log.access: this key is now telemetry.access_log.enabled"},
+		{set: "tracing: { enabled: true }"},
+		{set: "tracing: { enabled: true, protocol: http/protobuf, endpoint: \"https://collector:4318/v1/traces\", sampling_ratio: 0.01, headers: { api-key: s3cr3t } }"},
+		{set: "tracing: { protocol: thrift }", want: `telemetry.tracing.protocol: expected one of grpc, http/protobuf, got "thrift"`},
+		{set: "tracing: { endpoint: \"collector:4317\" }", want: `telemetry.tracing.endpoint: expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got "collector:4317"`},
+		{set: "tracing: { sampling_ratio: 2 }", want: "telemetry.tracing.sampling_ratio: expected a number from 0 to 1, got 2"},
+		{set: "tracing: { timeout: 0s }", want: "telemetry.tracing.timeout: expected a positive duration, got 0s"},
+		{set: "tracing: { tls: { cert_file: c.pem } }", want: "telemetry.tracing.tls: expected cert_file and key_file together, got only one"},
+		{set: "tracing: { enabled: true, tls: { ca_file: /no/such/ca.pem } }", want: "telemetry.tracing.tls.ca_file: cannot read /no/such/ca.pem"},
+		{set: "tracing: { headers: [a, b] }", want: "telemetry.tracing.headers: expected a mapping of names to values, got a list"},
+		{set: "tracing: { resource_attributes: { deployment.environment: prod, replicas: 3 } }"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			loadWants(t, minimal+"telemetry:\n  "+tc.set+"\n", tc.want)
+		})
+	}
+}
+
+// TestTracingHeadersRedacted: the exporter's headers (API keys) are not
+// shown by /config.
+func TestTracingHeadersRedacted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ebb.yaml")
+	yaml := minimal + "telemetry:\n  tracing: { headers: { api-key: s3cr3t }, resource_attributes: { team: edge } }\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Telemetry.Tracing.Headers["api-key"] != "s3cr3t" || cfg.Telemetry.Tracing.ResourceAttributes["team"] != "edge" {
+		t.Fatalf("decoded %+v", cfg.Telemetry.Tracing)
+	}
+	tr := cfg.Map()["telemetry"].(map[string]any)["tracing"].(map[string]any)
+	if tr["headers"] != "[redacted]" || fmt.Sprint(tr["resource_attributes"]) != "map[team:edge]" {
+		t.Errorf("/config shows tracing %v", tr)
+	}
+}

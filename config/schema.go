@@ -383,12 +383,60 @@ type App struct {
 	Interval time.Duration `key:"interval"`
 }
 
-// Telemetry configures logs and metrics.
+// Telemetry configures logs, traces and metrics.
 type Telemetry struct {
 	Log       Log       `key:"log"`
 	AccessLog AccessLog `key:"access_log"`
+	Tracing   Tracing   `key:"tracing"`
 	Metrics   Metrics   `key:"metrics"`
 }
+
+// Tracing configures OpenTelemetry traces, exported over OTLP: a server
+// span per request and a client span per upstream attempt. What is left
+// empty here comes from the standard OTEL_EXPORTER_OTLP_* (and
+// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) environment variables, and
+// failing those from OTLP's defaults.
+type Tracing struct {
+	Enabled bool `key:"enabled"`
+	// Protocol is grpc or http/protobuf.
+	Protocol string `key:"protocol"`
+	// Endpoint is the collector's URL: http://host:4317 (gRPC), or
+	// https://host:4318/v1/traces (HTTP); http:// is without TLS.
+	Endpoint string `key:"endpoint"`
+	// Headers are sent with every export (an API key, say).
+	Headers map[string]string `key:"headers" secret:"true"`
+	// TLS configures the connection to an https:// endpoint.
+	TLS TracingTLS `key:"tls"`
+	// Timeout bounds each export.
+	Timeout time.Duration `key:"timeout"`
+	// SamplingRatio is the share of traces sampled that start at ebb
+	// (0 to 1); a request that comes with a sampled or unsampled parent
+	// follows its parent's choice.
+	SamplingRatio float64 `key:"sampling_ratio"`
+	// ServiceName is the service.name of ebb's spans (empty:
+	// OTEL_SERVICE_NAME, else ebb).
+	ServiceName string `key:"service_name"`
+	// ResourceAttributes are added to the resource of ebb's spans.
+	ResourceAttributes map[string]string `key:"resource_attributes"`
+}
+
+// TracingTLS is the TLS client configuration of the OTLP exporter.
+type TracingTLS struct {
+	// CAFile holds the PEM certificates the collector's is checked
+	// against (empty: the system's).
+	CAFile string `key:"ca_file"`
+	// CertFile and KeyFile are a client certificate, for mutual TLS.
+	CertFile string `key:"cert_file"`
+	KeyFile  string `key:"key_file"`
+	// InsecureSkipVerify accepts any certificate (tests only).
+	InsecureSkipVerify bool `key:"insecure_skip_verify"`
+}
+
+// The values of telemetry.tracing.protocol.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http/protobuf"
+)
 
 // Log configures the process log (on stderr).
 type Log struct {

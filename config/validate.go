@@ -131,7 +131,40 @@ func (c *Config) Validate() []Problem {
 	v.oneOf("telemetry.log.format", c.Telemetry.Log.Format, "json", "text")
 	v.oneOf("telemetry.log.level", c.Telemetry.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("telemetry.access_log.format", c.Telemetry.AccessLog.Format, "json", "text", "combined")
+	v.tracing(c.Telemetry.Tracing)
 	return v.problems
+}
+
+// tracing checks telemetry.tracing.
+func (v *validator) tracing(t Tracing) {
+	const key = "telemetry.tracing"
+	if t.Protocol != "" {
+		v.oneOf(key+".protocol", t.Protocol, TracingGRPC, TracingHTTP)
+	}
+	if e := t.Endpoint; e != "" {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(key+".endpoint", "expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got %q", e)
+		}
+	}
+	if r := t.SamplingRatio; r < 0 || r > 1 {
+		v.add(key+".sampling_ratio", "expected a number from 0 to 1, got %v", r)
+	}
+	if t.Timeout <= 0 {
+		v.add(key+".timeout", "expected a positive duration, got %s", t.Timeout)
+	}
+	if (t.TLS.CertFile == "") != (t.TLS.KeyFile == "") {
+		v.add(key+".tls", "expected cert_file and key_file together, got only one")
+	}
+	for _, f := range []struct{ key, path, what string }{
+		{"ca_file", t.TLS.CAFile, "the PEM certificates of the collector's CA"},
+		{"cert_file", t.TLS.CertFile, "the PEM client certificate"},
+		{"key_file", t.TLS.KeyFile, "the PEM private key"},
+	} {
+		if t.Enabled && f.path != "" {
+			v.file(key+".tls."+f.key, f.path, f.what)
+		}
+	}
 }
 
 // addressesOverlap reports whether two listening addresses would conflict:

@@ -27,6 +27,7 @@ var layers = map[string]int{
 	"proxy/access":   0,
 	"proxy/pace":     0,
 	"proxy/headers":  1,
+	"proxy/tracing":  1,
 	"proxy/upstream": 1,
 	"proxy/metrics":  2,
 	"proxy/cluster":  3,

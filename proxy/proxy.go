@@ -28,6 +28,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
@@ -36,6 +37,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/h2"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 )
 
 // ErrClosed is returned by Start after Shutdown or Close.
@@ -65,19 +67,24 @@ type Proxy struct {
 	cfgStatic config.Config // the configuration ebb started with, for what Update cannot change
 	disc      discoveries
 
+	// tracer makes the requests' spans (nil: tracing off); every
+	// snapshot has it.
+	tracer *tracing.Tracer
+
 	// sink is where the access log goes, opened the first time a
 	// configuration enables it (nil until then); guarded by updateMu
 	// until Close.
 	sink *access.Sink
 }
 
-// New builds a proxy for cfg. It binds nothing until Start.
-func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.Logger) (*Proxy, error) {
+// New builds a proxy for cfg. Its instruments are made with meter; tp,
+// if not nil, makes its spans (tracing on). It binds nothing until Start.
+func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, tp trace.TracerProvider, log *slog.Logger) (*Proxy, error) {
 	m, err := metrics.New(meter, reg)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
-	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace, cfgStatic: *cfg}
+	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace, cfgStatic: *cfg, tracer: tracing.New(tp)}
 	p.disc.log = func(c *cluster.Cluster, err error) { log.Error("discovery stopped", "cluster", c.Name(), "err", err) }
 	// The snapshot first: the listeners' engines read it.
 	snap := route.Build(cfg, m, reg, log, nil)
@@ -85,6 +92,7 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, log *slog.
 		snap.Close()
 		return nil, err
 	}
+	snap.Tracer = p.tracer
 	if err := p.accessMetrics(meter); err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}

@@ -36,7 +36,7 @@ func newTestProxy(t *testing.T, cfg *config.Config) *Proxy {
 	if cfg.Telemetry.AccessLog.Path == "" {
 		cfg.Telemetry.AccessLog.Path = os.DevNull // not the test binary's stdout
 	}
-	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("t"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("t"), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 		return ch, err
 	}
 	next := route.Build(cfg, p.metrics, p.reg, p.log, prev)
-	next.Access = log
+	next.Access, next.Tracer = log, p.tracer
 	for name, c := range next.Clusters {
 		switch old := prev.Clusters[name]; {
 		case old == c:

@@ -1,5 +1,6 @@
-// Package telemetry sets up ebb's logs and metrics: a slog logger (JSON or
-// text) and an OpenTelemetry meter provider whose readings are exported in
+// Package telemetry sets up ebb's logs, traces and metrics: a slog logger
+// (JSON or text), an OpenTelemetry tracer provider exporting over OTLP
+// when tracing is on, and a meter provider whose readings are exported in
 // the Prometheus format on the admin server's /metrics.
 package telemetry
 
@@ -17,11 +18,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
 )
@@ -29,12 +33,15 @@ import (
 // MeterName is the instrumentation scope of every ebb instrument.
 const MeterName = "github.com/ebb-proxy/ebb"
 
-// Telemetry owns the logger and the meter provider.
+// Telemetry owns the logger and the meter and tracer providers.
 type Telemetry struct {
 	Logger *slog.Logger
 	// Meter creates instruments; it is a no-op meter when metrics are off.
 	Meter metric.Meter
+	// Tracer makes spans; nil when tracing is off.
+	Tracer trace.TracerProvider
 
+	tracer    *sdktrace.TracerProvider
 	provider  *sdkmetric.MeterProvider
 	registry  *prometheus.Registry
 	producers producers
@@ -85,6 +92,16 @@ func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
 		return nil, err
 	}
 	t := &Telemetry{Logger: logger, Meter: noop.NewMeterProvider().Meter(MeterName)}
+	if cfg.Tracing.Enabled {
+		if t.tracer, err = newTracerProvider(cfg.Tracing); err != nil {
+			return nil, err
+		}
+		t.Tracer = t.tracer
+		// Failed exports (a collector down) are the SDK's to report.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			logger.Warn("telemetry: exporting spans failed", "err", err)
+		}))
+	}
 	if !cfg.Metrics.Prometheus {
 		return t, nil
 	}
@@ -119,12 +136,25 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
 }
 
-// Shutdown flushes and stops the meter provider.
-func (t *Telemetry) Shutdown(ctx context.Context) error {
-	if t.provider == nil {
+// Flush exports the spans ended so far, within ctx.
+func (t *Telemetry) Flush(ctx context.Context) error {
+	if t.tracer == nil {
 		return nil
 	}
-	return t.provider.Shutdown(ctx)
+	return t.tracer.ForceFlush(ctx)
+}
+
+// Shutdown flushes the spans not yet exported, within ctx, and stops the
+// providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	var errs []error
+	if t.tracer != nil {
+		errs = append(errs, t.tracer.Shutdown(ctx))
+	}
+	if t.provider != nil {
+		errs = append(errs, t.provider.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // NewLogger builds the process logger.

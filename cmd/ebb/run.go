@@ -151,7 +151,18 @@ func cmdRun(args []string, stderr io.Writer) int {
 
 	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.adm.Shutdown(shutCtx)
-	tel.Shutdown(shutCtx)
+	cancel()
+	// The spans not yet exported go within what is left of the drain's
+	// deadline, but no more than maxFlush (a collector that does not
+	// answer must not keep a drained ebb), and at least a second.
+	flush := time.Second
+	if at, ok := s.ctl.Deadline(); ok {
+		flush = min(max(flush, time.Until(at)), maxFlush)
+	}
+	shutCtx, cancel = context.WithTimeout(context.Background(), flush)
+	if err := tel.Shutdown(shutCtx); err != nil {
+		log.Warn("telemetry: flushing at exit", "err", err)
+	}
 	cancel()
 	child.stop(log)
 
@@ -184,7 +195,7 @@ type serving struct {
 func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, socks *takeover.Set) (*serving, error) {
 	log := tel.Logger
 	reg := drain.NewRegistry()
-	px, err := proxy.New(cfg, reg, tel.Meter, log)
+	px, err := proxy.New(cfg, reg, tel.Meter, tel.Tracer, log)
 	if err != nil {
 		return nil, fmt.Errorf("building the proxy: %w", err)
 	}
@@ -255,6 +266,9 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "probe", probe, "takeover_socket", cfg.Takeover.Socket)
 	return s, nil
 }
+
+// maxFlush bounds the export of the spans left at exit.
+const maxFlush = 5 * time.Second
 
 // signalChans are the signals run watches: those that drain (a second one
 // forces the stop), SIGHUP (reload), SIGUSR1 (reopen the access log) and

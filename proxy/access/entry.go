@@ -109,6 +109,10 @@ type Entry struct {
 	// Draining: the request arrived during a drain.
 	Draining bool
 
+	// Ender, if set, is told when the entry ends, before it is written
+	// (the request's server span ends then).
+	Ender Ender
+
 	// body, if set, is the request's body, counted at End (see
 	// CountBody).
 	body RequestBody
@@ -124,8 +128,18 @@ var entries = sync.Pool{New: func() any { return &Entry{arena: make([]byte, 0, 5
 // held a 30 KiB path goes, rather than pin that much per pooled entry.
 const maxPooled = 8 << 10
 
+// Ender is told that an entry ended at a time, with its fields final.
+type Ender interface {
+	Ended(e *Entry, at time.Time)
+}
+
 // Begin returns an entry for a request whose headers arrived at start.
-func (l *Log) Begin(start time.Time) *Entry {
+func (l *Log) Begin(start time.Time) *Entry { return Begin(l, start) }
+
+// Begin returns an entry for a request whose headers arrived at start,
+// written to l at its end; l nil writes no line (the entry then only
+// serves its Ender).
+func Begin(l *Log, start time.Time) *Entry {
 	e := entries.Get().(*Entry)
 	e.log, e.Start = l, start
 	return e
@@ -171,8 +185,13 @@ func (e *Entry) End(now time.Time) {
 		e.RequestBytes = b.BytesRead()
 		b.Release()
 	}
-	e.line = e.log.format.encode(e.line[:0], e, now.Sub(e.Start))
-	e.log.sink.Write(e.line)
+	if e.Ender != nil {
+		e.Ender.Ended(e, now)
+	}
+	if e.log != nil {
+		e.line = e.log.format.encode(e.line[:0], e, now.Sub(e.Start))
+		e.log.sink.Write(e.line)
+	}
 	if cap(e.arena) > maxPooled || cap(e.line) > maxPooled {
 		return
 	}
@@ -186,6 +205,15 @@ func (e *Entry) End(now time.Time) {
 func (e *Entry) BodyRelayed(n int64) {
 	e.ResponseBytes = n
 	e.End(time.Now())
+}
+
+// SetTraceparent sets TraceID from a W3C traceparent value, unless it
+// is set already (by the request's server span).
+func (e *Entry) SetTraceparent(traceparent []byte) {
+	if s := e.fields[TraceID]; s.end > s.start {
+		return
+	}
+	e.Set(TraceID, TraceIDOf(traceparent))
 }
 
 // TraceIDOf returns the trace id of a W3C traceparent value

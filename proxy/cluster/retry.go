@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/headers"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -99,10 +103,27 @@ func (c *Cluster) pickOther(ep *Endpoint) *Endpoint {
 	return nil
 }
 
-// Trip is what the exchange loops tell of one request's way upstream.
+// Trip is one request's way upstream through the exchange loops.
 type Trip struct {
 	// Attempts is how many exchanges were tried.
 	Attempts int
+	// Tracer, if set, gives each attempt a client span, a child of the
+	// span in Ctx, whose trace context goes upstream with the attempt.
+	Tracer *tracing.Tracer
+	Ctx    context.Context
+}
+
+// endAttempt ends an attempt's client span (nil: none), with the status
+// that came back or the error.
+func endAttempt(span trace.Span, status int, err error) {
+	if span == nil {
+		return
+	}
+	failure := ""
+	if err != nil {
+		failure = "upstream_" + upstream.KindOf(err).String()
+	}
+	tracing.EndAttempt(span, status, failure)
 }
 
 // ExchangeH1 sends req to ep through the HTTP/1 transport, and to other
@@ -118,7 +139,12 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 		trip.Attempts = attempt
 		streamed := req.BodyStream() != nil
 		ep = c.claim(ep) // the transport takes the count off
+		var span trace.Span
+		if trip.Tracer != nil {
+			span = trip.Tracer.StartAttempt(trip.Ctx, headers.FastCarrier{H: &req.Header}, tracing.Method(req.Header.Method()), c.name, ep.addr, attempt)
+		}
 		err := ep.rt.RoundTrip(ctx, req, resp)
+		endAttempt(span, resp.StatusCode(), err)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode())
 			return ep, nil
@@ -159,12 +185,18 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		}
 		var cause context.Context
 		out, cause = upstream.ResendOnce(out, a, idempotent, h2)
+		var span trace.Span
+		if trip.Tracer != nil {
+			span = trip.Tracer.StartAttempt(trip.Ctx, propagation.HeaderCarrier(out.Header), out.Method, c.name, ep.addr, attempt)
+		}
 		resp, err := ep.ht.RoundTrip(out)
 		if err == nil {
+			endAttempt(span, resp.StatusCode, nil)
 			c.outcome(ep, false, resp.StatusCode)
 			return resp, ep, nil
 		}
 		err = upstream.ClassifyRoundTrip(err, cause)
+		endAttempt(span, 0, err)
 		ep.Release()
 		c.outcome(ep, upstream.IsConnectFailure(err), 0)
 		// The attempt is over whatever comes next: its body is no longer

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/proxy/access"
+	"github.com/ebb-proxy/ebb/proxy/route"
 )
 
 // Messages of the upstream failures ebb answers for.
@@ -49,12 +50,13 @@ func errorKind(status int, msg string) string {
 }
 
 // begin returns the access log entry of a request that arrived at start,
-// or nil when the access log is off.
-func (l *Listener) begin(log *access.Log, start time.Time) *access.Entry {
-	if log == nil {
+// or nil when neither the access log nor tracing is on (with tracing
+// alone, the entry writes no line: it ends the server span).
+func (l *Listener) begin(snap *route.Snapshot, start time.Time) *access.Entry {
+	if snap.Access == nil && snap.Tracer == nil {
 		return nil
 	}
-	e := log.Begin(start)
+	e := access.Begin(snap.Access, start)
 	e.Listener = l.Config.Name
 	e.Draining = l.Registry.Draining()
 	return e

@@ -20,6 +20,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -76,6 +77,12 @@ type Call interface {
 	// bytes, the attempts) and ends it, at once or, for a response whose
 	// body is still to be relayed, when it has been.
 	Finish(status int, e *access.Entry)
+	// Trip returns the request's way through the exchange loops.
+	Trip() *cluster.Trip
+	// Traced returns the request's header, from which its trace context
+	// is read, and what its server span starts with; it is called only
+	// when tracing is on.
+	Traced() (tracing.Carrier, tracing.Request)
 }
 
 // Serve runs one request through the skeleton: the listener's
@@ -89,7 +96,15 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 	}
 	snap := l.Snapshot.Load()
 	t := snap.Tables[l.Index]
-	e := l.begin(snap.Access, start)
+	e := l.begin(snap, start)
+	if tr := snap.Tracer; tr != nil {
+		h, req := c.Traced()
+		ctx, span := tr.StartServer(h, req, start)
+		e.Ender = span
+		e.Set(access.TraceID, span.TraceID())
+		trip := c.Trip()
+		trip.Tracer, trip.Ctx = tr, ctx
+	}
 	n := l.inFlight.Add(1)
 	defer l.inFlight.Add(-1)
 	if max := t.MaxInFlight; max > 0 && n > max {

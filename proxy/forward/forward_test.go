@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
@@ -12,6 +14,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -20,6 +23,7 @@ type call struct {
 	ctx     context.Context
 	sent    int
 	replied int
+	trip    cluster.Trip
 }
 
 func (c *call) Refuse() (int, string)              { return 0, "" }
@@ -31,6 +35,10 @@ func (c *call) Send(*route.Route, *cluster.Endpoint) (int, *cluster.Endpoint, er
 func (c *call) Reply(int, string)        { c.replied++ }
 func (c *call) Body() *upstream.Body     { return nil }
 func (c *call) Context() context.Context { return c.ctx }
+func (c *call) Trip() *cluster.Trip      { return &c.trip }
+func (c *call) Traced() (tracing.Carrier, tracing.Request) {
+	return propagation.MapCarrier{}, tracing.Request{Method: []byte("GET")}
+}
 func (c *call) Finish(_ int, e *access.Entry) {
 	if e != nil {
 		e.End(time.Now())

@@ -3,11 +3,14 @@ package h1_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net"
 	"os"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
@@ -16,6 +19,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 )
 
 // BenchmarkHandlerGet measures ebb's HTTP/1 request path: routing, header
@@ -23,15 +27,30 @@ import (
 // connection, and metrics. Its allocs/op is the figure the design holds at
 // zero.
 func BenchmarkHandlerGet(b *testing.B) {
-	b.Run("plain", func(b *testing.B) { benchmarkGet(b, false) })
+	b.Run("plain", func(b *testing.B) { benchmarkGet(b, false, -1) })
 	// With the defaults' request id (a new one per request) and access
 	// log (JSON, here to /dev/null): what they add per request.
-	b.Run("access-log", func(b *testing.B) { benchmarkGet(b, true) })
+	b.Run("access-log", func(b *testing.B) { benchmarkGet(b, true, -1) })
+	// Tracing on, every trace sampled and 1 in 100 (a server span and a
+	// client span per sampled request, batched to an exporter that drops
+	// them): what tracing adds.
+	b.Run("tracing-100%", func(b *testing.B) { benchmarkGet(b, false, 1) })
+	b.Run("tracing-1%", func(b *testing.B) { benchmarkGet(b, false, 0.01) })
 }
 
-func benchmarkGet(b *testing.B, logged bool) {
+// benchmarkGet is BenchmarkHandlerGet with the access log (logged) and
+// tracing at a sampling ratio (negative: off).
+func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 	origin := proxytest.RawOrigin(b, []byte(proxytest.BenchResponse))
 	e := enginetest.New(b, nil, origin)
+	if ratio >= 0 {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+		b.Cleanup(func() { tp.Shutdown(context.Background()) })
+		snap := *e.Listener.Snapshot.Load()
+		snap.Tracer = tracing.New(tp)
+		e.Listener.Snapshot.Store(&snap)
+	}
 	if logged {
 		sink, err := access.OpenSink(os.DevNull, nil, nil)
 		if err != nil {

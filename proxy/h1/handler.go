@@ -17,6 +17,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -269,6 +270,33 @@ func (c *call) Finish(status int, e *access.Entry) {
 	}
 }
 
+// Trip returns the request's way through the exchange loops.
+func (c *call) Trip() *cluster.Trip { return &c.trip }
+
+// Traced returns the request's header and what its server span starts
+// with.
+func (c *call) Traced() (tracing.Carrier, tracing.Request) {
+	req := &c.ctx.Request
+	r := tracing.Request{
+		Method:    req.Header.Method(),
+		Path:      req.URI().PathOriginal(),
+		Scheme:    "http",
+		Authority: req.Header.Host(),
+		Protocol:  "1.1",
+		UserAgent: req.Header.UserAgent(),
+	}
+	if c.ctx.IsTLS() {
+		r.Scheme = "https"
+	}
+	if c.http10 {
+		r.Protocol = "1.0"
+	}
+	if c.conn != nil {
+		r.Client = c.conn.ClientIP
+	}
+	return headers.FastCarrier{H: &req.Header}, r
+}
+
 // The access log's protocol names.
 const (
 	protoHTTP10 = "HTTP/1.0"
@@ -294,7 +322,7 @@ func (c *call) account(status int, e *access.Entry) {
 	e.Set(access.Authority, h.Host())
 	e.Set(access.Path, h.RequestURI())
 	e.Set(access.RequestID, h.Peek(headers.XRequestID))
-	e.Set(access.TraceID, access.TraceIDOf(h.PeekBytes(hdrTraceparent)))
+	e.SetTraceparent(h.PeekBytes(hdrTraceparent))
 	e.Set(access.UserAgent, h.UserAgent())
 	e.Set(access.Referer, h.Referer())
 	e.Attempts = c.trip.Attempts

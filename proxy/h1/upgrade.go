@@ -15,6 +15,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -41,14 +42,18 @@ func isWebSocket(upgrade []byte) bool {
 // then "upgraded" in the registry, which a drain can only close at its
 // deadline. Any other answer is relayed as an ordinary response, its body
 // streamed from that connection, which closes after it.
-func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (_ int, _ *cluster.Endpoint, err error) {
 	ctx, conn := c.ctx, c.conn
+	req := &ctx.Request
 	c.trip.Attempts = 1
+	if tr := c.trip.Tracer; tr != nil {
+		span := tr.StartAttempt(c.trip.Ctx, headers.FastCarrier{H: &req.Header}, tracing.Method(req.Header.Method()), rt.Cluster.Name(), ep.Addr(), 1)
+		defer func() { tracing.EndAttempt(span, ctx.Response.StatusCode(), upgradeFailure(err)) }()
+	}
 	up, err := rt.Cluster.Dial(ep)
 	if err != nil {
 		return 0, ep, &upstream.Error{Kind: upstream.KindConnect, Err: err}
 	}
-	req := &ctx.Request
 	bw := bufio.NewWriter(up)
 	if err := req.Write(bw); err == nil {
 		err = bw.Flush()
@@ -105,6 +110,14 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (int, *cluster
 		tun.end(relay(down, conn, up, br))
 	})
 	return fasthttp.StatusSwitchingProtocols, ep, nil
+}
+
+// upgradeFailure names an upgrade's failure for its client span ("": none).
+func upgradeFailure(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "upstream_" + upstream.KindOf(err).String()
 }
 
 // tunnel is an upgraded connection's relay, as the request's handler

@@ -23,6 +23,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -456,6 +457,42 @@ func (c *call) Finish(_ int, e *access.Entry) {
 	}
 }
 
+// Trip returns the request's way through the exchange loops.
+func (c *call) Trip() *cluster.Trip { return &c.trip }
+
+// Traced returns the stream's header and what its server span starts
+// with.
+func (c *call) Traced() (tracing.Carrier, tracing.Request) {
+	st := c.st
+	path := st.Path()
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	r := tracing.Request{
+		Method:    st.Method(),
+		Path:      path,
+		Scheme:    "http",
+		Authority: st.Authority(),
+		Protocol:  "2",
+		UserAgent: st.Fields().Get("user-agent"),
+	}
+	if st.TLS() {
+		r.Scheme = "https"
+	}
+	if c.conn != nil {
+		r.Client = c.conn.ClientIP
+	}
+	return streamCarrier{st}, r
+}
+
+// streamCarrier is a stream's request header as a trace context carrier,
+// read only.
+type streamCarrier struct{ st *Stream }
+
+func (c streamCarrier) Get(name string) string { return string(c.st.Fields().Get(name)) }
+func (streamCarrier) Set(string, string)       {}
+func (streamCarrier) Keys() []string           { return nil }
+
 // protoHTTP2 is the access log's protocol name.
 const protoHTTP2 = "HTTP/2.0"
 
@@ -479,7 +516,7 @@ func (c *call) account(e *access.Entry) {
 	default:
 		e.Set(access.RequestID, fields.Get("x-request-id"))
 	}
-	e.Set(access.TraceID, access.TraceIDOf(fields.Get("traceparent")))
+	e.SetTraceparent(fields.Get("traceparent"))
 	e.Set(access.UserAgent, fields.Get("user-agent"))
 	e.Set(access.Referer, fields.Get("referer"))
 	e.Attempts = c.trip.Attempts

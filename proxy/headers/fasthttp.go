@@ -70,3 +70,17 @@ func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
 		h.ResetConnectionClose()
 	}
 }
+
+// FastCarrier is a fasthttp request header as a trace context carrier
+// (tracing.Carrier): the propagator reads traceparent and tracestate from
+// it, and writes them.
+type FastCarrier struct{ H *fasthttp.RequestHeader }
+
+// Get returns the field name's value.
+func (c FastCarrier) Get(name string) string { return string(c.H.Peek(name)) }
+
+// Set makes value the field's one line.
+func (c FastCarrier) Set(name, value string) { c.H.Set(name, value) }
+
+// Keys is not needed by the trace context propagator.
+func (c FastCarrier) Keys() []string { return nil }

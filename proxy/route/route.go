@@ -16,6 +16,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
+	"github.com/ebb-proxy/ebb/proxy/tracing"
 )
 
 // Snapshot is the dynamic configuration compiled for the request path.
@@ -27,6 +28,9 @@ type Snapshot struct {
 	// Access receives one line per request (telemetry.access_log); nil:
 	// off. Build leaves it to the caller.
 	Access *access.Log
+	// Tracer makes the requests' spans (telemetry.tracing); nil: off.
+	// Build leaves it to the caller.
+	Tracer *tracing.Tracer
 }
 
 // Build compiles routes and clusters of cfg. A cluster of prev (nil: none)

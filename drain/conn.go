@@ -90,6 +90,10 @@ type Conn struct {
 	proto   atomic.Int32
 	state   atomic.Int32
 	linger  atomic.Bool
+	// rx and tx count the bytes read from and written to the socket (a
+	// TLS connection's records, not its plaintext); each is added to by
+	// one goroutine at a time and read by metrics.
+	rx, tx atomic.Int64
 
 	// The drain's close signal: closeReq is set at the connection's
 	// moment; onSignal is the engine's way of passing it on (HTTP/2:
@@ -165,6 +169,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	} else {
 		n, err = c.Conn.Read(p)
 	}
+	c.rx.Add(int64(n))
 	return n, err
 }
 
@@ -204,7 +209,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	c.tx.Add(int64(n))
+	return n, err
 }
 
 // WriteDeadline keeps a connection's write deadline at least half a

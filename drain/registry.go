@@ -17,6 +17,9 @@ type Registry struct {
 	// empty is closed while no connection is open; it is replaced by an open
 	// channel when the first connection arrives. Guarded by mu.
 	empty chan struct{}
+	// gone holds the bytes of closed connections, by listener. Guarded
+	// by mu.
+	gone map[string]Bytes
 
 	// Stats counts what the drain did, for metrics.
 	Stats Stats
@@ -97,6 +100,13 @@ func (r *Registry) remove(c *Conn) {
 	r.mu.Lock()
 	if _, ok := r.conns[c]; ok {
 		delete(r.conns, c)
+		if r.gone == nil {
+			r.gone = make(map[string]Bytes)
+		}
+		b := r.gone[c.Listener]
+		b.Received += c.rx.Load()
+		b.Sent += c.tx.Load()
+		r.gone[c.Listener] = b
 		if len(r.conns) == 0 {
 			close(r.empty)
 		}
@@ -191,6 +201,29 @@ type Count struct {
 	Protocol Protocol
 	State    State
 	N        int
+}
+
+// Bytes are the bytes received from and sent to clients on the socket.
+type Bytes struct {
+	Received, Sent int64
+}
+
+// Traffic returns the bytes every connection exchanged with its client,
+// open and closed, by listener.
+func (r *Registry) Traffic() map[string]Bytes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]Bytes, len(r.gone))
+	for l, b := range r.gone {
+		out[l] = b
+	}
+	for c := range r.conns {
+		b := out[c.Listener]
+		b.Received += c.rx.Load()
+		b.Sent += c.tx.Load()
+		out[c.Listener] = b
+	}
+	return out
 }
 
 // Counts groups the open connections by listener, protocol and state.

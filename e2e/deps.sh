@@ -4,7 +4,9 @@
 # Chromium (for the drain report's page) with a font, a Docker engine with
 # docker-compose and debootstrap (the compose topology, built and run for
 # real: e2e/compose_docker_test.go starts dockerd if none runs), and
-# h2spec with go install. Safe to run again: it installs only what is
+# h2spec with go install, and Prometheus with promtool (the alert rules
+# and the dashboard in deploy/ checked against a real one:
+# e2e/dashboard_test.go). Safe to run again: it installs only what is
 # missing. Needs root (or sudo) for the Debian packages.
 set -euo pipefail
 
@@ -20,6 +22,7 @@ command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+{ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
 	sudo=""

@@ -38,6 +38,8 @@ type listener struct {
 
 	capWarned atomic.Int64 // unix nanoseconds of the last warning that max_connections was reached
 
+	tlsFailures [numFailures]atomic.Int64 // TLS handshakes failed, by reason
+
 	h2mu    sync.Mutex
 	h2conns map[*h2.Conn]struct{} // the HTTP/2 connections being served
 }

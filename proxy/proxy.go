@@ -93,7 +93,7 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, tp trace.T
 		return nil, err
 	}
 	snap.Tracer = p.tracer
-	if err := p.accessMetrics(meter); err != nil {
+	if err := p.instruments(meter); err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
 	p.snap.Store(snap)
@@ -126,25 +126,6 @@ func (p *Proxy) accessLog(cfg *config.Config) (*access.Log, error) {
 		p.sink = s
 	}
 	return access.New(f, p.sink), nil
-}
-
-// accessMetrics exports the access log's lost lines.
-func (p *Proxy) accessMetrics(meter metric.Meter) error {
-	dropped, err := meter.Int64ObservableCounter("ebb.access_log.dropped_lines",
-		metric.WithDescription("Access log lines lost: the output could not keep up, or failed."))
-	if err != nil {
-		return err
-	}
-	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		p.updateMu.Lock()
-		s := p.sink
-		p.updateMu.Unlock()
-		if s != nil {
-			o.ObserveInt64(dropped, int64(s.Dropped()))
-		}
-		return nil
-	}, dropped)
-	return err
 }
 
 // ReopenAccessLog reopens the access log's file (SIGUSR1, after

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/ebb-proxy/ebb/drain"
@@ -25,6 +28,7 @@ func (l *listener) serveConn(c *drain.Conn) {
 	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
 		if err := tc.Handshake(); err != nil {
+			l.tlsFailures[handshakeFailure(err)].Add(1)
 			l.p.log.Debug("TLS handshake failed", "listener", l.cfg.Name, "client", string(c.ClientIP), "err", err)
 			c.Close()
 			return
@@ -71,4 +75,29 @@ func (l *listener) serveConn(c *drain.Conn) {
 		})
 	})
 	nc.Close()
+}
+
+// Why TLS handshakes failed, for ebb.tls.handshake_failures: the client
+// was silent until the header timeout, went away (closed or reset the
+// connection), or spoke something a handshake cannot go on with (not
+// TLS, a version, cipher or ALPN protocol in common with none of ebb's,
+// an alert of its own: a certificate it does not trust, say).
+const (
+	failTimeout = iota
+	failEOF
+	failProtocol
+	numFailures
+)
+
+var failureReasons = [numFailures]string{"timeout", "eof", "protocol"}
+
+func handshakeFailure(err error) int {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return failTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		return failEOF
+	}
+	return failProtocol
 }

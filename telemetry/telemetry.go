@@ -49,7 +49,7 @@ type Telemetry struct {
 
 // DurationBounds are the bucket bounds, in seconds, of every duration
 // histogram ebb exports.
-var DurationBounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+var DurationBounds = [...]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // AddProducer adds metrics that a package aggregates itself (with atomics,
 // on its hot path) to what /metrics serves. The producer's Produce is
@@ -120,7 +120,7 @@ func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
 		sdkmetric.WithReader(exporter),
 		sdkmetric.WithView(sdkmetric.NewView(
 			sdkmetric.Instrument{Name: "*duration*"},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBounds}},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBounds[:]}},
 		)),
 	)
 	t.Meter = t.provider.Meter(MeterName)

@@ -63,6 +63,12 @@ func newReloader(cf configFlags, cfg *config.Config, px *proxy.Proxy, ctl *drain
 		metric.WithDescription("Configuration reloads, by result (applied or rejected)"), metric.WithUnit("{reload}"))
 	if err != nil {
 		log.Error("creating the reload counter", "err", err)
+		return r
+	}
+	// Both series from the start, so that a rate or an alert on rejected
+	// reloads sees the first one.
+	for _, result := range []string{"applied", "rejected"} {
+		r.reloads.Add(context.Background(), 0, metric.WithAttributes(attribute.String("result", result)))
 	}
 	return r
 }

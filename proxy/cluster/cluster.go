@@ -394,6 +394,9 @@ func (c *Cluster) Admit() bool {
 // Leave ends a request Admit counted.
 func (c *Cluster) Leave() { c.inFlight.Add(-1) }
 
+// InFlight returns the requests Admit let in that have not left.
+func (c *Cluster) InFlight() int64 { return c.inFlight.Load() }
+
 // Metrics returns the cluster's counters (nil: none).
 func (c *Cluster) Metrics() *metrics.Cluster { return c.metrics }
 

@@ -77,7 +77,11 @@ func (c *Cluster) retry(ctx context.Context, ep *Endpoint, attempt int, err erro
 		// on a new connection to it, as it would have itself.
 		next = ep
 	}
-	if next == nil || !c.budget.allow() {
+	if next == nil {
+		return nil
+	}
+	if !c.budget.allow() {
+		c.metrics.RetryDenied()
 		return nil
 	}
 	c.metrics.Retry()
@@ -143,7 +147,9 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 		if trip.Tracer != nil {
 			span = trip.Tracer.StartAttempt(trip.Ctx, headers.FastCarrier{H: &req.Header}, tracing.Method(req.Header.Method()), c.name, ep.addr, attempt)
 		}
+		sent := time.Now()
 		err := ep.rt.RoundTrip(ctx, req, resp)
+		c.metrics.Attempt(time.Since(sent))
 		endAttempt(span, resp.StatusCode(), err)
 		if err == nil {
 			c.outcome(ep, false, resp.StatusCode())
@@ -189,7 +195,9 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		if trip.Tracer != nil {
 			span = trip.Tracer.StartAttempt(trip.Ctx, propagation.HeaderCarrier(out.Header), out.Method, c.name, ep.addr, attempt)
 		}
+		sent := time.Now()
 		resp, err := ep.ht.RoundTrip(out)
+		c.metrics.Attempt(time.Since(sent))
 		if err == nil {
 			endAttempt(span, resp.StatusCode, nil)
 			c.outcome(ep, false, resp.StatusCode)

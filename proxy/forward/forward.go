@@ -46,6 +46,9 @@ type Listener struct {
 // Table returns the listener's current routing table.
 func (l *Listener) Table() *route.Table { return l.Snapshot.Load().Tables[l.Index] }
 
+// InFlight returns the listener's requests being served.
+func (l *Listener) InFlight() int64 { return l.inFlight.Load() }
+
 // Call is one request on its way through the skeleton, as one engine
 // carries it. Its methods are the steps that differ between engines and
 // transports; they run on the request's goroutine, in the order Serve

@@ -146,7 +146,38 @@ type Server struct {
 	// clients, mostly), at debug level.
 	Log *slog.Logger
 
+	// Resets counts the RST_STREAM frames of every connection served.
+	Resets ResetCounts
+
 	workers workerPool // the goroutines handlers run on
+}
+
+// ResetCounts counts RST_STREAM frames by direction and error code. Its
+// methods are safe for concurrent use.
+type ResetCounts struct {
+	sent, received [numErrCodes]atomic.Int64
+}
+
+// numErrCodes are RFC 9113's error codes, and one more slot for the codes
+// it does not define.
+const numErrCodes = int(http2.ErrCodeHTTP11Required) + 2
+
+func (r *ResetCounts) add(to *[numErrCodes]atomic.Int64, code http2.ErrCode) {
+	to[min(int(code), numErrCodes-1)].Add(1)
+}
+
+// Each calls f with the count of every direction ("sent" or "received")
+// and error code (as RFC 9113 names it, "unknown" for the codes it does
+// not define), zeros included.
+func (r *ResetCounts) Each(f func(direction, code string, n int64)) {
+	for i := range numErrCodes {
+		name := "unknown"
+		if i < numErrCodes-1 {
+			name = http2.ErrCode(i).String()
+		}
+		f("sent", name, r.sent[i].Load())
+		f("received", name, r.received[i].Load())
+	}
 }
 
 func (s *Server) maxStreams() uint32 {
@@ -683,6 +714,7 @@ func (c *Conn) queueRSTLocked(id uint32, code http2.ErrCode) {
 		return
 	}
 	_ = c.wfr.WriteRSTStream(id, code)
+	c.srv.Resets.add(&c.srv.Resets.sent, code)
 	c.resetIDs[c.resetNext] = id
 	c.resetNext = (c.resetNext + 1) % len(c.resetIDs)
 	c.controlLocked()
@@ -1358,6 +1390,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 }
 
 func (c *Conn) onRSTStream(f *http2.RSTStreamFrame) error {
+	c.srv.Resets.add(&c.srv.Resets.received, f.ErrCode)
 	c.mu.Lock()
 	defer c.unlock()
 	st := c.streams[f.StreamID]

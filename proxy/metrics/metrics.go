@@ -36,11 +36,14 @@ type Metrics struct {
 	retries        metric.Int64Counter
 	ejections      metric.Int64Counter
 	emptyUpdates   metric.Int64Counter
+	budgetDenied   metric.Int64Counter
 
-	start   time.Time // of the cumulative series
-	mu      sync.Mutex
-	routes  []*Route             // guarded by mu; appended when snapshots are built
-	byRoute map[[2]string]*Route // guarded by mu: a reload's snapshot counts on where the last left off
+	start     time.Time // of the cumulative series
+	mu        sync.Mutex
+	routes    []*Route             // guarded by mu; appended when snapshots are built
+	byRoute   map[[2]string]*Route // guarded by mu: a reload's snapshot counts on where the last left off
+	clusters  []*Cluster           // guarded by mu, likewise
+	byCluster map[string]*Cluster  // guarded by mu
 }
 
 // New creates the instruments on m; the connection and drain gauges read
@@ -58,6 +61,10 @@ func New(m metric.Meter, reg *drain.Registry) (*Metrics, error) {
 	}
 	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
 		metric.WithDescription("Requests sent again to another endpoint, when that was safe.")); err != nil {
+		return nil, err
+	}
+	if out.budgetDenied, err = m.Int64Counter("ebb.upstream.retry_budget_exhausted",
+		metric.WithDescription("Retries that were safe and had another endpoint, refused because the cluster's retry budget was spent.")); err != nil {
 		return nil, err
 	}
 	if out.emptyUpdates, err = m.Int64Counter("ebb.discovery.empty_updates",
@@ -115,6 +122,7 @@ func drainMetrics(m metric.Meter, st *drain.Stats) error {
 		{"ebb.drain.forced_closes", "Connections closed at the drain deadline or by a forced stop.", &st.ForcedCloses},
 		{"ebb.drain.requests", "Requests received during the drain.", &st.Requests},
 		{"ebb.drain.upstream_dials", "Upstream connections opened during the drain.", &st.Dials},
+		{"ebb.drain.errors", "5xx responses ebb made itself during the drain (no endpoint, an upstream failure): errors clients saw.", &st.Errors},
 	}
 	insts := []metric.Observable{phase, signals}
 	obs := make([]metric.Int64ObservableCounter, len(counters))
@@ -172,9 +180,43 @@ type Route struct {
 	requestAttrs  [numProtos][len(statusClasses)]attribute.Set
 	durationAttrs [numProtos]attribute.Set
 
-	requests [numProtos][len(statusClasses)]atomic.Uint64
-	buckets  [numProtos][]atomic.Uint64 // len(durationBounds)+1 each
-	sumNanos [numProtos]atomic.Int64
+	requests  [numProtos][len(statusClasses)]atomic.Uint64
+	durations [numProtos]histogram
+}
+
+// histogram is a duration histogram on telemetry.DurationBounds, counted
+// in atomics.
+type histogram struct {
+	buckets  [len(telemetry.DurationBounds) + 1]atomic.Uint64
+	sumNanos atomic.Int64
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(durationBounds) && d > durationBounds[i] {
+		i++
+	}
+	h.buckets[i].Add(1)
+	h.sumNanos.Add(int64(d))
+}
+
+// point returns the histogram as a data point with attrs; ok is false
+// while it has counted nothing.
+func (h *histogram) point(attrs attribute.Set, start, now time.Time) (p metricdata.HistogramDataPoint[float64], ok bool) {
+	counts := make([]uint64, len(h.buckets))
+	var total uint64
+	for i := range counts {
+		counts[i] = h.buckets[i].Load()
+		total += counts[i]
+	}
+	if total == 0 {
+		return p, false
+	}
+	return metricdata.HistogramDataPoint[float64]{
+		Attributes: attrs, StartTime: start, Time: now,
+		Count: total, Bounds: telemetry.DurationBounds[:], BucketCounts: counts,
+		Sum: time.Duration(h.sumNanos.Load()).Seconds(),
+	}, true
 }
 
 // ForRoute returns the request counters of one listener and cluster
@@ -199,7 +241,6 @@ func (m *Metrics) ForRoute(listener, cluster string) *Route {
 		for c, class := range statusClasses {
 			rm.requestAttrs[p][c] = attribute.NewSet(append(base[:3:3], attribute.String("status_class", class))...)
 		}
-		rm.buckets[p] = make([]atomic.Uint64, len(durationBounds)+1)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -216,22 +257,18 @@ func (m *Metrics) ForRoute(listener, cluster string) *Route {
 
 // Record counts one answered request.
 func (rm *Route) Record(proto drain.Protocol, status int, start time.Time) {
-	d := time.Since(start)
 	rm.requests[proto][statusClass(status)].Add(1)
-	i := 0
-	for i < len(durationBounds) && d > durationBounds[i] {
-		i++
-	}
-	rm.buckets[proto][i].Add(1)
-	rm.sumNanos[proto].Add(int64(d))
+	rm.durations[proto].observe(time.Since(start))
 }
 
 // Produce hands the per-request counts to OpenTelemetry as
-// ebb.requests (a counter) and ebb.request.duration (a histogram, seconds).
-// It implements go.opentelemetry.io/otel/sdk/metric.Producer.
+// ebb.requests (a counter), ebb.request.duration and
+// ebb.upstream.request.duration (histograms, seconds). It implements
+// go.opentelemetry.io/otel/sdk/metric.Producer.
 func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	m.mu.Lock()
 	routes := slices.Clone(m.routes)
+	clusters := slices.Clone(m.clusters)
 	m.mu.Unlock()
 	now := time.Now()
 	requests := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
@@ -244,20 +281,15 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 						Attributes: rm.requestAttrs[p][c], StartTime: m.start, Time: now, Value: int64(n)})
 				}
 			}
-			counts := make([]uint64, len(rm.buckets[p]))
-			var total uint64
-			for i := range counts {
-				counts[i] = rm.buckets[p][i].Load()
-				total += counts[i]
+			if pt, ok := rm.durations[p].point(rm.durationAttrs[p], m.start, now); ok {
+				durations.DataPoints = append(durations.DataPoints, pt)
 			}
-			if total == 0 {
-				continue
-			}
-			durations.DataPoints = append(durations.DataPoints, metricdata.HistogramDataPoint[float64]{
-				Attributes: rm.durationAttrs[p], StartTime: m.start, Time: now,
-				Count: total, Bounds: telemetry.DurationBounds, BucketCounts: counts,
-				Sum: time.Duration(rm.sumNanos[p].Load()).Seconds(),
-			})
+		}
+	}
+	attempts := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+	for _, cm := range clusters {
+		if pt, ok := cm.attempts.point(cm.set, m.start, now); ok {
+			attempts.DataPoints = append(attempts.DataPoints, pt)
 		}
 	}
 	return []metricdata.ScopeMetrics{{
@@ -265,33 +297,57 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		Metrics: []metricdata.Metrics{
 			{Name: "ebb.requests", Description: "Requests answered, by listener, cluster, status class and protocol.", Data: requests},
 			{Name: "ebb.request.duration", Unit: "s", Description: "Time from the request's first byte to its response handed to the connection.", Data: durations},
+			{Name: "ebb.upstream.request.duration", Unit: "s", Description: "Time of each upstream attempt, by cluster: from sending the request to the upstream's response (its head; for an HTTP/1 response ebb does not stream, its body too) or the attempt's failure.", Data: attempts},
 		},
 	}}, nil
 }
 
-// ForCluster returns the counters of one cluster.
+// ForCluster returns the instruments of one cluster: the same ones for
+// the same name, so that a cluster rebuilt by a reload counts on. Its
+// counters start at zero, so that every cluster's series exist from the
+// start (rates and alerts need no special case for a series not yet
+// seen).
 func (m *Metrics) ForCluster(name string) *Cluster {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cm := m.byCluster[name]; cm != nil {
+		return cm
+	}
+	set := attribute.NewSet(attribute.String("cluster", name))
 	cm := &Cluster{
-		attrs:          []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("cluster", name)))},
+		set:            set,
+		attrs:          []metric.AddOption{metric.WithAttributeSet(set)},
 		connects:       m.connects,
 		connectErrors:  m.connectErrors,
 		upstreamErrors: m.upstreamErrors,
 		retries:        m.retries,
 		ejections:      m.ejections,
 		emptyUpdates:   m.emptyUpdates,
+		budgetDenied:   m.budgetDenied,
+	}
+	ctx := context.Background()
+	for _, c := range []metric.Int64Counter{cm.connects, cm.connectErrors, cm.retries, cm.ejections, cm.emptyUpdates, cm.budgetDenied} {
+		c.Add(ctx, 0, cm.attrs...)
 	}
 	for k := range upstream.NumKinds {
 		if kind := k.String(); kind != "" {
 			cm.errors[k] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
 				attribute.String("cluster", name), attribute.String("kind", kind)))}
+			cm.upstreamErrors.Add(ctx, 0, cm.errors[k]...)
 		}
 	}
+	if m.byCluster == nil {
+		m.byCluster = make(map[string]*Cluster)
+	}
+	m.byCluster[name] = cm
+	m.clusters = append(m.clusters, cm)
 	return cm
 }
 
 // Cluster are the instruments of one cluster with their attributes
 // built once.
 type Cluster struct {
+	set            attribute.Set
 	attrs          []metric.AddOption
 	connects       metric.Int64Counter
 	connectErrors  metric.Int64Counter
@@ -299,7 +355,9 @@ type Cluster struct {
 	retries        metric.Int64Counter
 	ejections      metric.Int64Counter
 	emptyUpdates   metric.Int64Counter
+	budgetDenied   metric.Int64Counter
 	errors         [upstream.NumKinds][]metric.AddOption
+	attempts       histogram
 }
 
 // The counting methods of a Cluster do nothing on a nil one (a cluster
@@ -330,6 +388,20 @@ func (cm *Cluster) ConnectError() {
 func (cm *Cluster) Retry() {
 	if cm != nil {
 		cm.retries.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// RetryDenied counts a retry the retry budget refused.
+func (cm *Cluster) RetryDenied() {
+	if cm != nil {
+		cm.budgetDenied.Add(context.Background(), 1, cm.attrs...)
+	}
+}
+
+// Attempt counts one upstream attempt that took d.
+func (cm *Cluster) Attempt(d time.Duration) {
+	if cm != nil {
+		cm.attempts.observe(d)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
 func TestMetricsProduce(t *testing.T) {
@@ -26,7 +28,7 @@ func TestMetricsProduce(t *testing.T) {
 
 	m.routes = m.routes[:1] // drop "other"
 	sms, err := m.Produce(context.Background())
-	if err != nil || len(sms) != 1 || len(sms[0].Metrics) != 2 {
+	if err != nil || len(sms) != 1 || len(sms[0].Metrics) != 3 {
 		t.Fatalf("Produce = %v, %v", sms, err)
 	}
 	reqs := sms[0].Metrics[0].Data.(metricdata.Sum[int64])
@@ -67,30 +69,9 @@ func TestDrainMetrics(t *testing.T) {
 	st.ForcedCloses.Add(1)
 	st.Requests.Add(10)
 	st.Dials.Add(5)
+	st.Errors.Add(2)
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			var points []metricdata.DataPoint[int64]
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				points = d.DataPoints
-			case metricdata.Gauge[int64]:
-				points = d.DataPoints
-			}
-			for _, dp := range points {
-				key := m.Name
-				for _, kv := range dp.Attributes.ToSlice() {
-					key += " " + string(kv.Key) + "=" + kv.Value.Emit()
-				}
-				got[key] = dp.Value
-			}
-		}
-	}
+	got := proxytest.Collect(t, reader)
 	want := map[string]int64{
 		"ebb.drain.phase phase=serving":          0,
 		"ebb.drain.phase phase=announce":         0,
@@ -103,12 +84,76 @@ func TestDrainMetrics(t *testing.T) {
 		"ebb.drain.forced_closes":                1,
 		"ebb.drain.requests":                     10,
 		"ebb.drain.upstream_dials":               5,
+		"ebb.drain.errors":                       2,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %d (present %v), want %d", k, g, ok, v)
 		}
 	}
+}
+
+func TestClusterMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := New(mp.Meter("test"), drain.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := m.ForCluster("app")
+	if again := m.ForCluster("app"); again != cm {
+		t.Error("ForCluster made new instruments for a name it knew: a reload would restart the cluster's counts")
+	}
+	m.ForCluster("idle")
+	cm.Retry()
+	cm.RetryDenied()
+	cm.RetryDenied()
+	cm.UpstreamError(upstream.KindTimeout)
+	cm.Attempt(3 * time.Millisecond)
+	cm.Attempt(time.Minute)
+	var none *Cluster // a cluster without metrics: every method a no-op
+	none.RetryDenied()
+	none.Attempt(time.Second)
+
+	got := proxytest.Collect(t, reader)
+	want := map[string]int64{
+		"ebb.upstream.retries cluster=app":                 1,
+		"ebb.upstream.retry_budget_exhausted cluster=app":  2,
+		"ebb.upstream.errors cluster=app kind=timeout":     1,
+		"ebb.upstream.errors cluster=app kind=connect":     0,
+		"ebb.upstream.retries cluster=idle":                0,
+		"ebb.upstream.retry_budget_exhausted cluster=idle": 0,
+		"ebb.upstream.ejections cluster=idle":              0,
+		"ebb.upstream.connects cluster=idle":               0,
+		"ebb.upstream.connect_errors cluster=idle":         0,
+		"ebb.discovery.empty_updates cluster=idle":         0,
+		"ebb.upstream.errors cluster=idle kind=broken":     0,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %d (present %v), want %d", k, g, ok, v)
+		}
+	}
+
+	sms, err := m.Produce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, metric := range sms[0].Metrics {
+		if metric.Name != "ebb.upstream.request.duration" {
+			continue
+		}
+		h := metric.Data.(metricdata.Histogram[float64])
+		if len(h.DataPoints) != 1 { // "idle" has counted nothing
+			t.Fatalf("%d points, want app's only", len(h.DataPoints))
+		}
+		dp := h.DataPoints[0]
+		if c, _ := dp.Attributes.Value("cluster"); c.AsString() != "app" || dp.Count != 2 || dp.BucketCounts[3] != 1 || dp.BucketCounts[len(dp.BucketCounts)-1] != 1 {
+			t.Errorf("upstream durations: %v count %d buckets %v", dp.Attributes.ToSlice(), dp.Count, dp.BucketCounts)
+		}
+		return
+	}
+	t.Error("no ebb.upstream.request.duration")
 }
 
 func TestStatusClass(t *testing.T) {

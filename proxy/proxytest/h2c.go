@@ -70,8 +70,17 @@ func H2CResetter(t testing.TB, goAway bool, code http2.ErrCode, atData bool) (ad
 				default: // the test fails on the count
 				}
 				if goAway {
-					// As a server does once the streams it kept are done.
+					// As a server does once the streams it kept are done,
+					// and closing as one does: reading what the client
+					// still sends (the request's DATA frames) until it
+					// closes. Closing with those unread would send a
+					// reset, which can destroy the GOAWAY before the
+					// client reads it.
 					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+					if cw, ok := c.(interface{ CloseWrite() error }); ok {
+						cw.CloseWrite()
+					}
+					io.Copy(io.Discard, br)
 					return
 				}
 				if !atData {

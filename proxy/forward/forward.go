@@ -104,7 +104,8 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 		h, req := c.Traced()
 		ctx, span := tr.StartServer(h, req, start)
 		e.Ender = span
-		e.Set(access.TraceID, span.TraceID())
+		var id [32]byte
+		e.Set(access.TraceID, span.TraceID(&id))
 		trip := c.Trip()
 		trip.Tracer, trip.Ctx = tr, ctx
 	}

@@ -9,6 +9,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"net"
 	"strconv"
 	"time"
@@ -76,13 +77,20 @@ func Method(m []byte) string {
 	return string(m)
 }
 
+// The span kinds' options, made once: made per span, each would be an
+// allocation.
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 // StartServer starts the server span of a request that arrived at start,
 // as the child of the trace context its header carries (if any). It
 // returns the context client spans are started under, and the span's
 // end, which the request's access entry calls (access.Entry.Ender).
 func (t *Tracer) StartServer(h Carrier, r Request, start time.Time) (context.Context, *Server) {
 	ctx := t.prop.Extract(context.Background(), h)
-	ctx, span := t.t.Start(ctx, Method(r.Method), trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+	ctx, span := t.t.Start(ctx, Method(r.Method), serverKind, trace.WithTimestamp(start))
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			attribute.String("http.request.method", Method(r.Method)),
@@ -109,48 +117,58 @@ type Server struct {
 	span trace.Span
 }
 
-// TraceID returns the span's trace id in hex (the access log's
-// trace_id).
-func (s *Server) TraceID() []byte {
+// TraceID writes the span's trace id in hex (the access log's trace_id)
+// to buf and returns it. A span not sampled has one too: it goes on
+// upstream, and the upstream's logs can be joined with ebb's by it.
+func (s *Server) TraceID(buf *[32]byte) []byte {
 	id := s.span.SpanContext().TraceID()
-	return []byte(id.String())
+	hex.Encode(buf[:], id[:])
+	return buf[:]
 }
 
 // Ended ends the span with what the entry knows of the request's end
 // (access.Ender).
 func (s *Server) Ended(e *access.Entry, at time.Time) {
 	span := s.span
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.Int("http.response.status_code", e.Status),
-			attribute.Int64("http.request.body.size", e.RequestBytes),
-			attribute.Int64("http.response.body.size", e.ResponseBytes),
-			attribute.String("ebb.listener", e.Listener),
-			attribute.String("ebb.cluster", e.Cluster),
-			attribute.String("ebb.upstream", e.Upstream),
-			attribute.Int("ebb.attempts", e.Attempts),
-		)
-		if id := e.Get(access.RequestID); len(id) > 0 {
-			span.SetAttributes(attribute.StringSlice("http.request.header.x-request-id", []string{string(id)}))
-		}
-		if e.Draining {
-			span.SetAttributes(attribute.Bool("ebb.draining", true))
-		}
-		if e.Error != "" {
-			span.SetAttributes(attribute.String("error.type", e.Error))
-		}
-		if e.Status >= 500 {
-			span.SetStatus(codes.Error, e.Error)
-		}
+	if !span.IsRecording() {
+		return // ending it would do nothing
+	}
+	span.SetAttributes(
+		attribute.Int("http.response.status_code", e.Status),
+		attribute.Int64("http.request.body.size", e.RequestBytes),
+		attribute.Int64("http.response.body.size", e.ResponseBytes),
+		attribute.String("ebb.listener", e.Listener),
+		attribute.String("ebb.cluster", e.Cluster),
+		attribute.String("ebb.upstream", e.Upstream),
+		attribute.Int("ebb.attempts", e.Attempts),
+	)
+	if id := e.Get(access.RequestID); len(id) > 0 {
+		span.SetAttributes(attribute.StringSlice("http.request.header.x-request-id", []string{string(id)}))
+	}
+	if e.Draining {
+		span.SetAttributes(attribute.Bool("ebb.draining", true))
+	}
+	if e.Error != "" {
+		span.SetAttributes(attribute.String("error.type", e.Error))
+	}
+	if e.Status >= 500 {
+		span.SetStatus(codes.Error, e.Error)
 	}
 	span.End(trace.WithTimestamp(at))
 }
 
 // StartAttempt starts the client span of attempt n (from 1) of a request
 // to the endpoint at addr, under ctx (StartServer's), and writes its
-// trace context into the upstream request's header h.
+// trace context into the upstream request's header h. Under a server span
+// not sampled, whose children would not be either, it starts none (nil)
+// and writes the server span's context: the upstream follows the same
+// trace and the same decision.
 func (t *Tracer) StartAttempt(ctx context.Context, h Carrier, method, cluster, addr string, n int) trace.Span {
-	ctx, span := t.t.Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient))
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		t.prop.Inject(ctx, h)
+		return nil
+	}
+	ctx, span := t.t.Start(ctx, method, clientKind)
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			attribute.String("http.request.method", method),
@@ -168,9 +186,13 @@ func (t *Tracer) StartAttempt(ctx context.Context, h Carrier, method, cluster, a
 	return span
 }
 
-// EndAttempt ends an attempt's client span: with the upstream's status
-// (its response headers have arrived), or with the kind of failure.
+// EndAttempt ends an attempt's client span (nil: none): with the
+// upstream's status (its response headers have arrived), or with the
+// kind of failure.
 func EndAttempt(span trace.Span, status int, failure string) {
+	if span == nil {
+		return
+	}
 	if span.IsRecording() {
 		if failure != "" {
 			span.SetAttributes(attribute.String("error.type", failure))

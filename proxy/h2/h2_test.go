@@ -498,6 +498,46 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	rc.until("stream 5's response", endOf(5))
 }
 
+// TestResetCounts: the server counts the RST_STREAM frames it sends and
+// receives by error code, a code RFC 9113 does not define as "unknown".
+func TestResetCounts(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	srv := &Server{MaxConcurrentStreams: 1, Handler: HandlerFunc(func(st *Stream) {
+		select {
+		case <-release:
+		case <-st.Context().Done():
+		}
+	})}
+	addr, _, _ := testServerWith(t, srv)
+	rc := dialRaw(t, addr)
+	rc.get(1, "/")
+	rc.get(3, "/") // refused: one stream at a time
+	rc.until("RST_STREAM", rstOf(3))
+	// A reset of the stream already refused: harmless, and counted.
+	if err := rc.fr.WriteRSTStream(3, http2.ErrCode(0xff)); err != nil {
+		t.Fatal(err)
+	}
+	// Frames are handled in order: once the PING is answered, the reset
+	// has been counted.
+	if err := rc.fr.WritePing(false, [8]byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	rc.until("PING ack", func(f http2.Frame) bool {
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck() && p.Data == [8]byte{7}
+	})
+	got := map[string]int64{}
+	srv.Resets.Each(func(direction, code string, n int64) {
+		if n != 0 {
+			got[direction+" "+code] = n
+		}
+	})
+	if len(got) != 2 || got["sent REFUSED_STREAM"] != 1 || got["received unknown"] != 1 {
+		t.Errorf("reset counts %v, want one REFUSED_STREAM sent and one unknown received", got)
+	}
+}
+
 // TestRapidReset opens streams and resets each at once, before its
 // answer (CVE-2023-44487): the handlers wait on their stream's context, so
 // they return only because the resets cancel it. Streams opened while

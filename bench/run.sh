@@ -53,7 +53,10 @@
 #                 (h1 only); the grpc part measures direct and, if listed, ebb;
 #                 ebb-log (h1 and h2c parts) is ebb with its access log on
 #                 (JSON to a file; the others, ebb included, log no requests):
-#                 what the access log costs
+#                 what the access log costs; ebb-trace100 and ebb-trace1
+#                 (h1 and h2c parts) are ebb with tracing on, sampling 100 %
+#                 and 1 % of requests, exporting over OTLP/gRPC to
+#                 bench/otlp-sink (on CPU 1): what tracing costs
 #   BASE=REF      also measure ebb as built from the git commit REF (proxy
 #                 "base", h1 and h2c parts), interleaved with today's ebb:
 #                 the way to see what a change costs or buys
@@ -62,6 +65,9 @@
 #   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
 #   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
 #   BASE_PORT=18090 BASE_ADMIN_PORT=18091 EBB_LOG_PORT=18097 EBB_LOG_ADMIN_PORT=18098
+#   EBB_TRACE100_PORT=18101 EBB_TRACE100_ADMIN_PORT=18102 EBB_TRACE1_PORT=18103
+#   EBB_TRACE1_ADMIN_PORT=18104 OTLP_PORT=18105 (ebb-trace100's sink; ebb-trace1's
+#   is OTLP_PORT+1)
 #   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
 #   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
 #   NGINX_GRPC_PORT=18095 HAPROXY_GRPC_PORT=18096
@@ -93,6 +99,11 @@ BASE_PORT=${BASE_PORT:-18090}
 BASE_ADMIN_PORT=${BASE_ADMIN_PORT:-18091}
 EBB_LOG_PORT=${EBB_LOG_PORT:-18097}
 EBB_LOG_ADMIN_PORT=${EBB_LOG_ADMIN_PORT:-18098}
+EBB_TRACE100_PORT=${EBB_TRACE100_PORT:-18101}
+EBB_TRACE100_ADMIN_PORT=${EBB_TRACE100_ADMIN_PORT:-18102}
+EBB_TRACE1_PORT=${EBB_TRACE1_PORT:-18103}
+EBB_TRACE1_ADMIN_PORT=${EBB_TRACE1_ADMIN_PORT:-18104}
+OTLP_PORT=${OTLP_PORT:-18105}
 BASE=${BASE:-}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
@@ -132,6 +143,11 @@ for part in h1 h2c h2tls idle idle-h1 grpc slowloris; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
+# EBB_KINDS: ebb as measured with something on that the plain ebb has off,
+# each on its own ports with its own configuration (see below).
+EBB_KINDS=(ebb-log ebb-trace100 ebb-trace1)
+is_ebb_kind() { [[ " ${EBB_KINDS[*]} " == *" $1 "* ]]; }
+has_tracing() { has_proxy ebb-trace100 || has_proxy ebb-trace1; }
 
 TOOLS=(go nginx wrk curl taskset getconf pgrep)
 has_proxy haproxy && TOOLS+=(haproxy)
@@ -178,7 +194,7 @@ for c in $GRPC_CONCURRENCY; do
 done
 if [[ -n $BASE ]] && ! has_proxy base; then PROXIES+=" base"; fi
 for p in $PROXIES; do
-	case $p in ebb | ebb-log | nginx | haproxy | fasthttp) ;; base) [[ -n $BASE ]] || die "proxy 'base' needs BASE (a git commit)" ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
+	case $p in ebb | ebb-log | ebb-trace100 | ebb-trace1 | nginx | haproxy | fasthttp) ;; base) [[ -n $BASE ]] || die "proxy 'base' needs BASE (a git commit)" ;; *) die "unknown proxy '$p' in PROXIES" ;; esac
 done
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -299,9 +315,12 @@ check_h2c() {
 # Build ebb (and the helpers the chosen parts need)
 # ---------------------------------------------------------------------------
 
-if has_proxy ebb || has_proxy ebb-log; then
+if has_proxy ebb || has_proxy ebb-log || has_tracing; then
 	log "building ebb from $REPO_DIR"
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
+fi
+if has_tracing; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/otlp-sink" ./bench/otlp-sink) || die "go build ./bench/otlp-sink failed"
 fi
 if has_proxy fasthttp; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/fasthttp-bare" ./bench/fasthttp-bare) || die "go build ./bench/fasthttp-bare failed"
@@ -336,10 +355,15 @@ fi
 EBB_COMMIT=$(cd "$REPO_DIR" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EBB_DIRTY=$(cd "$REPO_DIR" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo " (working tree modified)" || true)
 
-declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT [base]=$BASE_PORT [ebb-log]=$EBB_LOG_PORT)
+declare -A PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [fasthttp]=$FASTHTTP_PORT [base]=$BASE_PORT
+	[ebb-log]=$EBB_LOG_PORT [ebb-trace100]=$EBB_TRACE100_PORT [ebb-trace1]=$EBB_TRACE1_PORT)
+declare -A ADMIN_PORT=([ebb-log]=$EBB_LOG_ADMIN_PORT [ebb-trace100]=$EBB_TRACE100_ADMIN_PORT [ebb-trace1]=$EBB_TRACE1_ADMIN_PORT)
+# Each tracing ebb exports to a sink of its own, so that each count is its own.
+declare -A SINK_PORT=([ebb-trace100]=$OTLP_PORT [ebb-trace1]=$((OTLP_PORT + 1)))
 # ebb serves HTTP/1.1 and h2c (prior knowledge) on one port; nginx and
 # HAProxy get a second, HTTP/2-only, port.
-declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT [ebb-log]=$EBB_LOG_PORT)
+declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_H2C_PORT [base]=$BASE_PORT
+	[ebb-log]=$EBB_LOG_PORT [ebb-trace100]=$EBB_TRACE100_PORT [ebb-trace1]=$EBB_TRACE1_PORT)
 declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT [nginx]=$NGINX_GRPC_PORT [haproxy]=$HAPROXY_GRPC_PORT)
 
@@ -351,7 +375,11 @@ for p in $PROXIES; do
 done
 has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
 has_proxy base && USED_PORTS+=("$BASE_ADMIN_PORT")
-has_proxy ebb-log && USED_PORTS+=("$EBB_LOG_ADMIN_PORT")
+for p in "${EBB_KINDS[@]}"; do
+	if has_proxy "$p"; then USED_PORTS+=("${ADMIN_PORT[$p]}"); fi
+done
+has_proxy ebb-trace100 && USED_PORTS+=("${SINK_PORT[ebb-trace100]}")
+has_proxy ebb-trace1 && USED_PORTS+=("${SINK_PORT[ebb-trace1]}")
 has_part grpc && USED_PORTS+=("$GRPC_PORT")
 has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
 has_part grpc && has_proxy nginx && USED_PORTS+=("$NGINX_GRPC_PORT")
@@ -431,6 +459,33 @@ start_grpc_server() {
 	check_grpc grpc-server "$GRPC_PORT"
 }
 
+# start_sinks: an OTLP/gRPC sink (bench/otlp-sink) on the load CPU for
+# each tracing ebb measured, up for the whole run.
+start_sinks() {
+	local p
+	for p in ebb-trace100 ebb-trace1; do
+		has_proxy "$p" || continue
+		mkdir -p "$WORK/sink-$p"
+		taskset -c "$LOAD_CPU" "$WORK/bin/otlp-sink" -addr "127.0.0.1:${SINK_PORT[$p]}" \
+			>"$WORK/sink-$p/out.log" 2>&1 &
+		PID[sink-$p]=$!
+		await_ready "sink-$p" "$WORK/sink-$p/out.log" 10 ||
+			{ cat "$WORK/sink-$p/out.log" >&2; die "otlp-sink for $p did not start"; }
+	done
+}
+
+# stop_sinks: stop them; SPANS[PROXY] is what each was sent.
+declare -A SPANS=()
+stop_sinks() {
+	local p
+	for p in ebb-trace100 ebb-trace1; do
+		[[ -n ${PID[sink-$p]:-} ]] || continue
+		stop_pid "sink-$p"
+		SPANS[$p]=$(sed -n 's/^spans=\([0-9]*\) .*/\1/p' "$WORK/sink-$p/out.log")
+		[[ -n ${SPANS[$p]} ]] || { cat "$WORK/sink-$p/out.log" >&2; die "otlp-sink for $p printed no count"; }
+	done
+}
+
 # check_grpc NAME PORT: a short run of the gRPC client must succeed (it
 # checks that every answer echoes what it sent) without errors.
 check_grpc() {
@@ -444,9 +499,10 @@ check_grpc() {
 # Proxies, all on CPU 0, all with keep-alive to the origin, no logging.
 # ---------------------------------------------------------------------------
 
-declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log [base]=$WORK/base/ebb.log [ebb-log]=$WORK/ebb-log/ebb.log)
+declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]=$WORK/haproxy/haproxy.log [fasthttp]=$WORK/fasthttp/fasthttp.log [base]=$WORK/base/ebb.log)
+for p in "${EBB_KINDS[@]}"; do LOGF[$p]=$WORK/$p/ebb.log; done
 
-mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base" "$WORK/ebb-log"
+mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base" "$WORK/ebb-log" "$WORK/ebb-trace100" "$WORK/ebb-trace1"
 
 # One listener serves HTTP/1.1 and h2c (sniffed); the cluster speaks
 # HTTP/1.1 to the origin (protocol: http1, the default). No access log,
@@ -479,6 +535,20 @@ fi
 sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$EBB_LOG_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$EBB_LOG_PORT/" \
 	-e "s|access_log: { enabled: false }|access_log: { enabled: true, format: json, path: \"$WORK/ebb-log/access.log\" }|" \
 	"$WORK/ebb/ebb.yaml" >"$WORK/ebb-log/ebb.yaml"
+# ebb-trace100 and ebb-trace1: the plain ebb (no access log) with tracing
+# on, every trace starting at ebb (wrk and h2load send no traceparent),
+# exported to bench/otlp-sink. The batch span processor's defaults hold
+# (queues of 2,048 spans, batches of 512 every 5 s): spans it has no room
+# for are dropped, as they would be in production, and the report says how
+# many reached the sink.
+for p in ebb-trace100 ebb-trace1; do
+	share=1
+	[[ $p == ebb-trace100 ]] || share=0.01
+	sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:${ADMIN_PORT[$p]}/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:${PORT[$p]}/" \
+		"$WORK/ebb/ebb.yaml" >"$WORK/$p/ebb.yaml"
+	printf '  tracing: { enabled: true, protocol: grpc, endpoint: "http://127.0.0.1:%s", sampling_ratio: %s }\n' \
+		"${SINK_PORT[$p]}" "$share" >>"$WORK/$p/ebb.yaml"
+done
 
 # The h2tls part: a second listener with TLS (not in the base's copy: the
 # base runs no TLS variant).
@@ -669,9 +739,9 @@ start_proxy() {
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$WORK/base/ebb.yaml" \
 			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
-	ebb-log)
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$WORK/ebb-log/ebb.yaml" \
-			>"$WORK/ebb-log/stdout.log" 2>"${LOGF[ebb-log]}" &
+	ebb-log | ebb-trace100 | ebb-trace1)
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$WORK/$name/ebb.yaml" \
+			>"$WORK/$name/stdout.log" 2>"${LOGF[$name]}" &
 		;;
 	nginx)
 		taskset -c "$PROXY_CPU" nginx -p "$WORK/nginx" -e "${LOGF[nginx]}" \
@@ -929,6 +999,7 @@ ERRORS=()         # runs with non-2xx responses or errors
 steal_ticks() { awk '$1 == "cpu" { print $9 }' /proc/stat; }
 STEAL0=$(steal_ticks)
 T0=$(date +%s)
+has_tracing && start_sinks
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$BENCH_DIR/results"
 PROFILE_FILE=""
@@ -1042,6 +1113,7 @@ for v in "${VARIANTS[@]}"; do
 	for p in "${TARGETS[@]}"; do stop_pid "$p"; done
 done
 stop_pid grpc-server
+stop_sinks
 
 # The idle parts: each proxy, fresh, gets connections that make one
 # request each and then stay open (idle: IDLE_CONNS over h2c; idle-h1:
@@ -1091,7 +1163,7 @@ if has_part idle; then
 fi
 IDLE_H1_TARGETS=()
 if has_part idle-h1; then
-	for p in "${PROXY_LIST[@]}"; do [[ $p == ebb-log ]] || IDLE_H1_TARGETS+=("$p"); done
+	for p in "${PROXY_LIST[@]}"; do is_ebb_kind "$p" || IDLE_H1_TARGETS+=("$p"); done
 	V_KIND[idle-h1]=wrk
 	V_WIDE[idle-h1]=1 # nginx and HAProxy sized for IDLE_H1_CONNS
 	for p in "${IDLE_H1_TARGETS[@]}"; do
@@ -1214,9 +1286,12 @@ headline() {
 		# µs CPU/req: above 1, ebb costs more.
 		echo "ebb/$name: $(ratio "$(col "$v" ebb rps)" "$(col "$v" "$o" rps)") in req/s, $(ratio "$(col "$v" ebb cpu_us_per_req)" "$(col "$v" "$o" cpu_us_per_req)") in µs CPU/req  "
 	done
-	if has_target "$v" ebb-log; then
-		echo "ebb-log/ebb (the access log's cost): $(ratio "$(col "$v" ebb-log rps)" "$(col "$v" ebb rps)") in req/s, $(ratio "$(col "$v" ebb-log cpu_us_per_req)" "$(col "$v" ebb cpu_us_per_req)") in µs CPU/req  "
-	fi
+	local k what
+	for k in "${EBB_KINDS[@]}"; do
+		has_target "$v" "$k" || continue
+		case $k in ebb-log) what="the access log's cost" ;; ebb-trace100) what="tracing at 100 %" ;; ebb-trace1) what="tracing at 1 %" ;; esac
+		echo "$k/ebb ($what): $(ratio "$(col "$v" "$k" rps)" "$(col "$v" ebb rps)") in req/s, $(ratio "$(col "$v" "$k" cpu_us_per_req)" "$(col "$v" ebb cpu_us_per_req)") in µs CPU/req  "
+	done
 }
 
 ORIGINS="nginx"
@@ -1308,6 +1383,19 @@ has_part grpc && LOADGENS+=", the gRPC client"
 			echo
 			echo "ebb's CPU and allocation profile under the h2c load: \`results/$(basename "$PROFILE_FILE")\`."
 		fi
+	fi
+	if ((${#SPANS[@]} > 0)); then
+		echo
+		echo "## Spans exported"
+		echo
+		echo "A sampled request makes two spans (server, client). The batch span processor drops what its queue has no room for."
+		echo
+		for p in ebb-trace100 ebb-trace1; do
+			[[ -n ${SPANS[$p]:-} ]] || continue
+			reqs=$(awk -F'\t' -v p="$p" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "requests") k = i; next }
+				$3 == p { n += $k } END { printf "%d", n }' "$RUNS")
+			echo "- $p: ${SPANS[$p]} spans reached bench/otlp-sink over all its runs (warm-ups and checks included), for $reqs requests in its measured runs"
+		done
 	fi
 	for part in idle idle-h1; do
 		if [[ $part == idle ]]; then

@@ -44,7 +44,7 @@ func Default() *Config {
 		Telemetry: Telemetry{
 			Log:       Log{Format: "json", Level: "info"},
 			AccessLog: AccessLog{Enabled: true, Format: "json"},
-			Tracing:   Tracing{Timeout: 10 * time.Second, SamplingRatio: 1},
+			Tracing:   Tracing{SamplingRatio: 1},
 			Metrics:   Metrics{Prometheus: true},
 		},
 	}

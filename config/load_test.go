@@ -584,7 +584,18 @@ func TestValidateTelemetry(t *testing.T) {
 		{set: "tracing: { protocol: thrift }", want: `telemetry.tracing.protocol: expected one of grpc, http/protobuf, got "thrift"`},
 		{set: "tracing: { endpoint: \"collector:4317\" }", want: `telemetry.tracing.endpoint: expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got "collector:4317"`},
 		{set: "tracing: { sampling_ratio: 2 }", want: "telemetry.tracing.sampling_ratio: expected a number from 0 to 1, got 2"},
-		{set: "tracing: { timeout: 0s }", want: "telemetry.tracing.timeout: expected a positive duration, got 0s"},
+		{set: "tracing: { timeout: 0s }"},
+		{set: "tracing: { timeout: 3s }"},
+		{set: "tracing: { timeout: -1s }", want: `telemetry.tracing.timeout: expected a duration such as 500ms, 2s or 1m, got "-1s"`},
+		{set: "tracing: { endpoint: \"grpc://collector:4317\" }", want: `telemetry.tracing.endpoint: expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got "grpc://collector:4317"`},
+		{set: "tracing: { endpoint: \"http:///v1/traces\" }", want: `telemetry.tracing.endpoint: expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got "http:///v1/traces"`},
+		// TLS towards an http:// endpoint, whatever the protocol and
+		// whichever tls key: ebb check says so, not ebb run.
+		{set: "tracing: { endpoint: \"http://collector:4317\", tls: { insecure_skip_verify: true } }", want: "ebb.yaml: telemetry.tracing.tls: set, but telemetry.tracing.endpoint is http:// (no TLS): use an https:// endpoint or remove tls"},
+		{set: "tracing: { protocol: http/protobuf, endpoint: \"HTTP://collector:4318\", tls: { cert_file: c.pem, key_file: k.pem } }", want: "telemetry.tracing.tls: set, but telemetry.tracing.endpoint is http:// (no TLS)"},
+		{set: "tracing: { protocol: grpc, endpoint: \"http://collector:4317\", tls: { ca_file: ca.pem } }", want: "telemetry.tracing.tls: set, but telemetry.tracing.endpoint is http:// (no TLS)"},
+		{set: "tracing: { protocol: http/protobuf, endpoint: \"https://collector:4318\", tls: { insecure_skip_verify: true } }"},
+		{set: "tracing: { tls: { insecure_skip_verify: true } }"}, // the environment's endpoint
 		{set: "tracing: { tls: { cert_file: c.pem } }", want: "telemetry.tracing.tls: expected cert_file and key_file together, got only one"},
 		{set: "tracing: { enabled: true, tls: { ca_file: /no/such/ca.pem } }", want: "telemetry.tracing.tls.ca_file: cannot read /no/such/ca.pem"},
 		{set: "tracing: { headers: [a, b] }", want: "telemetry.tracing.headers: expected a mapping of names to values, got a list"},
@@ -593,6 +604,36 @@ func TestValidateTelemetry(t *testing.T) {
 		t.Run(tc.set, func(t *testing.T) {
 			loadWants(t, minimal+"telemetry:\n  "+tc.set+"\n", tc.want)
 		})
+	}
+}
+
+// TestValidateTracingTimeout: a tracing timeout of 0 (the default) is
+// left to the environment; a negative one, which the file cannot spell
+// but a Config built in code can hold, is refused.
+func TestValidateTracingTimeout(t *testing.T) {
+	if d := Default().Telemetry.Tracing.Timeout; d != 0 {
+		t.Errorf("the default telemetry.tracing.timeout is %s, want 0 (the environment's, else 10s)", d)
+	}
+	cfg, err := Load(writeConfig(t, minimal), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, ""},
+		{time.Second, ""},
+		{-time.Second, "telemetry.tracing.timeout: expected 0s (the environment's, else 10s) or more, got -1s"},
+	} {
+		cfg.Telemetry.Tracing.Timeout = tc.d
+		var got []string
+		for _, p := range cfg.Validate() {
+			got = append(got, p.String())
+		}
+		if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
+			t.Errorf("timeout %s: problems %q, want %q", tc.d, got, tc.want)
+		}
 	}
 }
 

@@ -401,13 +401,15 @@ type Tracing struct {
 	// Protocol is grpc or http/protobuf.
 	Protocol string `key:"protocol"`
 	// Endpoint is the collector's URL: http://host:4317 (gRPC), or
-	// https://host:4318/v1/traces (HTTP); http:// is without TLS.
+	// https://host:4318/v1/traces (HTTP; without a path, /v1/traces);
+	// http:// is without TLS, and cannot have TLS set.
 	Endpoint string `key:"endpoint"`
 	// Headers are sent with every export (an API key, say).
 	Headers map[string]string `key:"headers" secret:"true"`
 	// TLS configures the connection to an https:// endpoint.
 	TLS TracingTLS `key:"tls"`
-	// Timeout bounds each export.
+	// Timeout bounds each export (0: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT
+	// or OTEL_EXPORTER_OTLP_TIMEOUT, else the exporter's 10s).
 	Timeout time.Duration `key:"timeout"`
 	// SamplingRatio is the share of traces sampled that start at ebb
 	// (0 to 1); a request that comes with a sampled or unsampled parent

@@ -143,15 +143,21 @@ func (v *validator) tracing(t Tracing) {
 	}
 	if e := t.Endpoint; e != "" {
 		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			v.add(key+".endpoint", "expected a URL such as http://127.0.0.1:4317 or https://collector:4318/v1/traces, got %q", e)
+		case u.Scheme == "http" && t.TLS != (TracingTLS{}):
+			// The exporters disagree on this (HTTP refuses to start,
+			// gRPC speaks TLS to an http:// endpoint): neither is what
+			// the file says.
+			v.add(key+".tls", "set, but %s.endpoint is http:// (no TLS): use an https:// endpoint or remove tls", key)
 		}
 	}
 	if r := t.SamplingRatio; r < 0 || r > 1 {
 		v.add(key+".sampling_ratio", "expected a number from 0 to 1, got %v", r)
 	}
-	if t.Timeout <= 0 {
-		v.add(key+".timeout", "expected a positive duration, got %s", t.Timeout)
+	if t.Timeout < 0 {
+		v.add(key+".timeout", "expected 0s (the environment's, else 10s) or more, got %s", t.Timeout)
 	}
 	if (t.TLS.CertFile == "") != (t.TLS.KeyFile == "") {
 		v.add(key+".tls", "expected cert_file and key_file together, got only one")

@@ -465,3 +465,87 @@ func TestTracingSampling(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingUpstreamBusy: a request ebb answers 503 because every
+// connection allowed to the endpoint is busy has the access log's error
+// kind, upstream_busy, as the error.type of both its server span and its
+// failed attempt's client span. The spans go over OTLP/HTTP to an endpoint
+// given without a path, which is posted to /v1/traces (the receiver
+// accepts no other path).
+func TestTracingUpstreamBusy(t *testing.T) {
+	rec := &receiver{}
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	origin, _ := proxytest.StartOrigin(t, proxytest.UpHTTP1, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			arrived <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	yaml := fmt.Sprintf(`admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes: [{ cluster: app }]
+clusters:
+  - name: app
+    protocol: http1
+    max_conns_per_endpoint: 1
+    timeouts: { connect: 200ms } # also how long a request waits for a free connection
+    discovery: { static: [%q] }
+`, origin)
+	endpoint := strings.TrimSuffix(startHTTPReceiver(t, rec), "/v1/traces")
+	te := startTraced(t, yaml, rec, "protocol: http/protobuf", "endpoint: "+endpoint)
+	base := "http://" + te.px.Addr("public").String()
+	held := make(chan int, 1)
+	go func() {
+		code, _, _ := do(t, &http.Client{}, mustRequest(t, http.MethodGet, base+"/hold"))
+		held <- code
+	}()
+	recv(t, arrived, "the held request at the origin")
+	if code, _, _ := do(t, &http.Client{}, mustRequest(t, http.MethodGet, base+"/busy")); code != http.StatusServiceUnavailable {
+		t.Fatalf("GET /busy with the endpoint's one connection busy: %d, want 503", code)
+	}
+	close(release)
+	if code := recv(t, held, "the held request's answer"); code != http.StatusOK {
+		t.Fatalf("GET /hold: %d, want 200", code)
+	}
+	var server, client *tracepb.Span
+	spans := te.spans(t, 4) // a server span and a client span each
+	for _, s := range spans {
+		if attr(s, "url.path") == "/busy" {
+			server = s
+		}
+	}
+	if server == nil {
+		t.Fatal("no server span for /busy")
+	}
+	for _, s := range spans {
+		if s.Kind == tracepb.Span_SPAN_KIND_CLIENT && string(s.ParentSpanId) == string(server.SpanId) {
+			client = s
+		}
+	}
+	if client == nil {
+		t.Fatal("no client span under /busy's server span")
+	}
+	if got := attr(server, "error.type"); got != "upstream_busy" || attr(server, "http.response.status_code") != "503" {
+		t.Errorf("/busy's server span: error.type %q, status %s; want upstream_busy, 503", got, attr(server, "http.response.status_code"))
+	}
+	if got := attr(client, "error.type"); got != "upstream_busy" || client.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("/busy's client span: error.type %q, status %v; want upstream_busy, an error", got, client.Status)
+	}
+	logged := ""
+	for _, l := range accessLines(t, te.px, te.access, 2) {
+		var line struct{ Path, Error string }
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatal(err)
+		}
+		if line.Path == "/busy" {
+			logged = line.Error
+		}
+	}
+	if logged != "upstream_busy" {
+		t.Errorf("/busy's access log error %q, want upstream_busy", logged)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -43,10 +44,10 @@ func newTracerProvider(cfg config.Tracing) (*sdktrace.TracerProvider, error) {
 // the environment's (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, then
 // OTEL_EXPORTER_OTLP_PROTOCOL), else grpc.
 func TracingProtocol(cfg config.Tracing) (string, error) {
-	p := cfg.Protocol
+	p, from := cfg.Protocol, "telemetry.tracing.protocol"
 	for _, env := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		if p == "" {
-			p = os.Getenv(env)
+			p, from = os.Getenv(env), env
 		}
 	}
 	switch p {
@@ -55,7 +56,22 @@ func TracingProtocol(cfg config.Tracing) (string, error) {
 	case config.TracingGRPC, config.TracingHTTP:
 		return p, nil
 	}
-	return "", fmt.Errorf("telemetry: OTLP protocol %q: expected grpc or http/protobuf", p)
+	return "", fmt.Errorf("telemetry: OTLP protocol %q (%s): expected grpc or http/protobuf", p, from)
+}
+
+// CheckTracing reports, for ebb check, what would stop telemetry.New
+// with cfg beyond the configuration's own validation: an OTLP protocol
+// from the environment that is neither grpc nor http/protobuf, TLS files
+// that hold no certificate or key. Nil when tracing is off.
+func CheckTracing(cfg config.Tracing) error {
+	if !cfg.Enabled {
+		return nil
+	}
+	if _, err := TracingProtocol(cfg); err != nil {
+		return err
+	}
+	_, err := tlsConfig(cfg.TLS)
+	return err
 }
 
 func newExporter(cfg config.Tracing) (sdktrace.SpanExporter, error) {
@@ -71,19 +87,38 @@ func newExporter(cfg config.Tracing) (sdktrace.SpanExporter, error) {
 	// failed exports (logged), not ebb's start.
 	ctx := context.Background()
 	if proto == config.TracingHTTP {
-		opts := []otlptracehttp.Option{otlptracehttp.WithTimeout(cfg.Timeout)}
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
-		}
-		if tc != nil {
-			opts = append(opts, otlptracehttp.WithTLSClientConfig(tc))
-		}
-		return otlptracehttp.New(ctx, opts...)
+		return otlptracehttp.New(ctx, httpOptions(cfg, tc)...)
 	}
-	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(cfg.Timeout)}
+	return otlptracegrpc.New(ctx, grpcOptions(cfg, tc)...)
+}
+
+// httpOptions are the OTLP/HTTP exporter's options for cfg (tc: its TLS
+// client configuration, nil for none). What cfg leaves unset is not
+// passed, so that the environment's holds: a timeout of 0 is
+// OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT's, else the exporter's 10s.
+func httpOptions(cfg config.Tracing, tc *tls.Config) []otlptracehttp.Option {
+	var opts []otlptracehttp.Option
+	if cfg.Timeout > 0 {
+		opts = append(opts, otlptracehttp.WithTimeout(cfg.Timeout))
+	}
+	if cfg.Endpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(httpEndpoint(cfg.Endpoint)))
+	}
+	if len(cfg.Headers) > 0 {
+		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
+	}
+	if tc != nil {
+		opts = append(opts, otlptracehttp.WithTLSClientConfig(tc))
+	}
+	return opts
+}
+
+// grpcOptions are httpOptions for the OTLP/gRPC exporter.
+func grpcOptions(cfg config.Tracing, tc *tls.Config) []otlptracegrpc.Option {
+	var opts []otlptracegrpc.Option
+	if cfg.Timeout > 0 {
+		opts = append(opts, otlptracegrpc.WithTimeout(cfg.Timeout))
+	}
 	if cfg.Endpoint != "" {
 		opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
 	}
@@ -93,7 +128,20 @@ func newExporter(cfg config.Tracing) (sdktrace.SpanExporter, error) {
 	if tc != nil {
 		opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
 	}
-	return otlptracegrpc.New(ctx, opts...)
+	return opts
+}
+
+// httpEndpoint returns the URL OTLP/HTTP exports are posted to for the
+// configured endpoint e: e with the traces path, /v1/traces, when it has
+// no path (or only /), as OTEL_EXPORTER_OTLP_ENDPOINT is read; else e as
+// it is.
+func httpEndpoint(e string) string {
+	u, err := url.Parse(e)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return e // a path of its own (or no URL: validation refuses it)
+	}
+	u.Path, u.RawPath = "/v1/traces", ""
+	return u.String()
 }
 
 // tlsConfig returns the TLS client configuration t describes, or nil when

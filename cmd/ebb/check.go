@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/telemetry"
 )
 
 // cmdCheck validates a configuration and prints every problem, one a line.
@@ -29,6 +30,12 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	printIgnored(stderr, cfg)
+	// What ebb run's telemetry.New would refuse beyond the file: the
+	// OTLP protocol of the environment, the TLS files' content.
+	if err := telemetry.CheckTracing(cfg.Telemetry.Tracing); err != nil {
+		fmt.Fprintln(stderr, "ebb:", err)
+		return exitConfig
+	}
 	fmt.Fprintf(stdout, "%s: ok\n", cf.path)
 	return exitOK
 }

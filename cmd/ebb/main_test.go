@@ -73,3 +73,50 @@ func TestCheckEnvironment(t *testing.T) {
 		t.Errorf("stderr:\n%s\nwant exactly:\n%s", errOut.String(), want)
 	}
 }
+
+// TestCheckTracing: with tracing on, ebb check fails, as ebb run would,
+// on an OTLP protocol from the environment that ebb cannot export with,
+// and on TLS towards an http:// endpoint; with tracing off the variable
+// does not matter.
+func TestCheckTracing(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+	dir := t.TempDir()
+	write := func(name, tracing string) string {
+		path := filepath.Join(dir, name)
+		yaml := "listeners: [{ name: a, address: '127.0.0.1:0', routes: [{ cluster: c }] }]\n" +
+			"clusters: [{ name: c, discovery: { static: ['127.0.0.1:1'] } }]\n" +
+			"telemetry: { tracing: " + tracing + " }\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	on := write("on.yaml", "{ enabled: true }")
+	off := write("off.yaml", "{ enabled: false }")
+	tlsHTTP := write("tls.yaml", "{ enabled: true, protocol: http/protobuf, endpoint: 'http://collector:4318', tls: { insecure_skip_verify: true } }")
+	for _, tc := range []struct {
+		path, protocol string
+		code           int
+		err            string
+	}{
+		{path: on, protocol: "http/json", code: exitConfig, err: `ebb: telemetry: OTLP protocol "http/json" (OTEL_EXPORTER_OTLP_PROTOCOL): expected grpc or http/protobuf`},
+		{path: on, protocol: "http/protobuf", code: exitOK},
+		{path: off, protocol: "http/json", code: exitOK},
+		{path: tlsHTTP, code: exitConfig, err: "tls.yaml: telemetry.tracing.tls: set, but telemetry.tracing.endpoint is http:// (no TLS): use an https:// endpoint or remove tls"},
+	} {
+		t.Run(filepath.Base(tc.path)+" "+tc.protocol, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tc.protocol)
+			var out, errOut strings.Builder
+			code := run([]string{"check", "-config", tc.path}, &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr: %s)", code, tc.code, errOut.String())
+			}
+			if !strings.Contains(errOut.String(), tc.err) {
+				t.Errorf("stderr %q lacks %q", errOut.String(), tc.err)
+			}
+			if ok := strings.Contains(out.String(), ": ok"); ok != (tc.code == exitOK) {
+				t.Errorf("stdout %q; want ok only when the check passes", out.String())
+			}
+		})
+	}
+}

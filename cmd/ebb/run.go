@@ -152,18 +152,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 	shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.adm.Shutdown(shutCtx)
 	cancel()
-	// The spans not yet exported go within what is left of the drain's
-	// deadline, but no more than maxFlush (a collector that does not
-	// answer must not keep a drained ebb), and at least a second.
-	flush := time.Second
-	if at, ok := s.ctl.Deadline(); ok {
-		flush = min(max(flush, time.Until(at)), maxFlush)
+	at, drained := s.ctl.Deadline()
+	if flush, ok := flushTime(at, drained, time.Now()); ok {
+		shutCtx, cancel = context.WithTimeout(context.Background(), flush)
+		if err := tel.Shutdown(shutCtx); err != nil {
+			log.Warn("telemetry: flushing at exit", "err", err)
+		}
+		cancel()
+	} else if cfg.Telemetry.Tracing.Enabled {
+		log.Warn("telemetry: flushing at exit", "err", "the drain's deadline has passed: the spans not yet exported are dropped")
 	}
-	shutCtx, cancel = context.WithTimeout(context.Background(), flush)
-	if err := tel.Shutdown(shutCtx); err != nil {
-		log.Warn("telemetry: flushing at exit", "err", err)
-	}
-	cancel()
 	child.stop(log)
 
 	log.Info("ebb exiting", "reason", string(res.Reason), "forced_closes", res.Forced)
@@ -267,8 +265,24 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	return s, nil
 }
 
-// maxFlush bounds the export of the spans left at exit.
+// maxFlush bounds the export of the spans left at exit: a collector that
+// does not answer must not keep a drained ebb.
 const maxFlush = 5 * time.Second
+
+// flushTime returns how long the spans not yet exported at exit (now) may
+// take: after a drain (drained, deadline its drain.timeout), what is left
+// of it, at most maxFlush, and false when nothing is (a flush already past
+// its deadline is not tried); without one, a second.
+func flushTime(deadline time.Time, drained bool, now time.Time) (time.Duration, bool) {
+	if !drained {
+		return time.Second, true
+	}
+	left := deadline.Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(left, maxFlush), true
+}
 
 // signalChans are the signals run watches: those that drain (a second one
 // forces the stop), SIGHUP (reload), SIGUSR1 (reopen the access log) and

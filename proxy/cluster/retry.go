@@ -125,7 +125,7 @@ func endAttempt(span trace.Span, status int, err error) {
 	}
 	failure := ""
 	if err != nil {
-		failure = "upstream_" + upstream.KindOf(err).String()
+		failure = upstream.KindOf(err).ErrorKind()
 	}
 	tracing.EndAttempt(span, status, failure)
 }

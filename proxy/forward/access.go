@@ -5,6 +5,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/route"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
 // Messages of the upstream failures ebb answers for.
@@ -21,19 +22,20 @@ const (
 // errorKinds names, for the access log's error field, the answers ebb
 // makes itself, by their message: each message is one kind of failure.
 var errorKinds = map[string]string{
-	MsgNoRoute:         "no_route",
-	MsgNoEndpoint:      "no_endpoint",
-	MsgOverloaded:      "overloaded",
-	MsgClusterBusy:     "cluster_busy",
-	MsgClientClosed:    "client_closed",
-	MsgBodyTooLarge:    "body_too_large",
-	MsgBadBody:         "bad_body",
-	MsgBodyTimeout:     "body_timeout",
-	MsgUpstreamFailed:  "upstream_broken",
-	MsgUpstreamConnect: "upstream_connect",
-	MsgUpstreamBusy:    "upstream_busy",
-	MsgUpstreamTimeout: "upstream_timeout",
-	MsgUpstreamRefused: "upstream_refused",
+	MsgNoRoute:      "no_route",
+	MsgNoEndpoint:   "no_endpoint",
+	MsgOverloaded:   "overloaded",
+	MsgClusterBusy:  "cluster_busy",
+	MsgClientClosed: "client_closed",
+	MsgBodyTooLarge: "body_too_large",
+	MsgBadBody:      "bad_body",
+	MsgBodyTimeout:  "body_timeout",
+	// The upstream failures' kinds, as their client spans' error.type.
+	MsgUpstreamFailed:  upstream.KindBroken.ErrorKind(),     // upstream_broken
+	MsgUpstreamConnect: upstream.KindConnect.ErrorKind(),    // upstream_connect
+	MsgUpstreamBusy:    upstream.KindOverloaded.ErrorKind(), // upstream_busy
+	MsgUpstreamTimeout: upstream.KindTimeout.ErrorKind(),    // upstream_timeout
+	MsgUpstreamRefused: upstream.KindRefused.ErrorKind(),    // upstream_refused
 }
 
 // errorKind returns the access log's error field for an answer of ebb's

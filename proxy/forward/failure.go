@@ -54,17 +54,7 @@ func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.End
 	}
 	kind := upstream.KindOf(err)
 	rt.Cluster.Metrics().UpstreamError(kind)
-	status, msg := http.StatusBadGateway, MsgUpstreamFailed
-	switch kind {
-	case upstream.KindConnect:
-		msg = MsgUpstreamConnect
-	case upstream.KindOverloaded:
-		status, msg = http.StatusServiceUnavailable, MsgUpstreamBusy
-	case upstream.KindTimeout:
-		status, msg = http.StatusGatewayTimeout, MsgUpstreamTimeout
-	case upstream.KindRefused:
-		status, msg = http.StatusServiceUnavailable, MsgUpstreamRefused
-	}
+	status, msg := upstreamAnswer(kind)
 	addr := ""
 	if ep != nil {
 		addr = ep.Addr()
@@ -72,4 +62,21 @@ func (l *Listener) Failure(ctx context.Context, rt *route.Route, ep *cluster.End
 	l.Log.Warn("upstream error", "listener", l.Config.Name, "cluster", rt.Cluster.Name(),
 		"endpoint", addr, "kind", kind.String(), "status", status, "err", err)
 	return status, msg
+}
+
+// upstreamAnswer returns the status and message ebb answers an upstream
+// failure of kind with. The message's error kind (errorKinds) is the
+// kind's ErrorKind, which its client span's error.type says too.
+func upstreamAnswer(kind upstream.Kind) (int, string) {
+	switch kind {
+	case upstream.KindConnect:
+		return http.StatusBadGateway, MsgUpstreamConnect
+	case upstream.KindOverloaded:
+		return http.StatusServiceUnavailable, MsgUpstreamBusy
+	case upstream.KindTimeout:
+		return http.StatusGatewayTimeout, MsgUpstreamTimeout
+	case upstream.KindRefused:
+		return http.StatusServiceUnavailable, MsgUpstreamRefused
+	}
+	return http.StatusBadGateway, MsgUpstreamFailed
 }

@@ -117,7 +117,7 @@ func upgradeFailure(err error) string {
 	if err == nil {
 		return ""
 	}
-	return "upstream_" + upstream.KindOf(err).String()
+	return upstream.KindOf(err).ErrorKind()
 }
 
 // tunnel is an upgraded connection's relay, as the request's handler

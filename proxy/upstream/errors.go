@@ -46,6 +46,28 @@ func (k Kind) String() string {
 	return ""
 }
 
+// errorKinds are the kinds as the access log's error field and a client
+// span's error.type name them.
+var errorKinds = [NumKinds]string{
+	KindConnect:    "upstream_connect",
+	KindOverloaded: "upstream_busy",
+	KindTimeout:    "upstream_timeout",
+	KindBroken:     "upstream_broken",
+	KindRefused:    "upstream_refused",
+}
+
+// ErrorKind returns the kind of failure as the access log's error field
+// names it (the answer ebb makes for it: upstream_busy for KindOverloaded,
+// the 503 "upstream connection limit reached"), and as a client span's
+// error.type does. A kind without a name is upstream_broken, the 502 ebb
+// answers it with.
+func (k Kind) ErrorKind() string {
+	if k < NumKinds && errorKinds[k] != "" {
+		return errorKinds[k]
+	}
+	return errorKinds[KindBroken]
+}
+
 // Error is an upstream exchange's failure with its kind.
 type Error struct {
 	Kind Kind

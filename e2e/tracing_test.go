@@ -1,43 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
-
-// otlpReceiver is an OTLP/gRPC trace receiver keeping what it is sent.
-type otlpReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	services []string
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.Key == "service.name" {
-				r.services = append(r.services, kv.Value.GetStringValue())
-			}
-		}
-		for _, ss := range rs.ScopeSpans {
-			r.spans = append(r.spans, ss.Spans...)
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
 
 // TestTracingAtExit runs the binary with tracing configured only by the
 // standard OpenTelemetry environment variables (OTEL_EXPORTER_OTLP_ENDPOINT,
@@ -45,15 +18,8 @@ func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServ
 // the spans, still waiting for the batch (5 s), are exported at exit,
 // within the drain's deadline.
 func TestTracingAtExit(t *testing.T) {
-	rec := &otlpReceiver{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, rec)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	rec := &proxytest.OTLPReceiver{}
+	endpoint := rec.ServeGRPC(t)
 
 	seen := make(chan string, 1)
 	origin := hostPort(newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +27,7 @@ func TestTracingAtExit(t *testing.T) {
 	})))
 	path := writeConfig(t, routeYAML("a", map[string]string{"a": origin})+"telemetry:\n  tracing: { enabled: true }\n")
 	cmd := exec.Command(ebbBin, append([]string{"run", "-config", path}, quickDrain...)...)
-	cmd.Env = append(cmd.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+ln.Addr().String(), "OTEL_SERVICE_NAME=ebb-e2e")
+	cmd.Env = append(cmd.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_SERVICE_NAME=ebb-e2e")
 	e := startEbbCmd(t, path, cmd)
 
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
@@ -80,21 +46,18 @@ func TestTracingAtExit(t *testing.T) {
 	}
 	e.stop() // SIGTERM: drains, exits 0, logged no error
 
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
+	spans := rec.Spans()
 	kinds := map[tracepb.Span_SpanKind]int{}
-	for _, s := range rec.spans {
+	for _, s := range spans {
 		if hex.EncodeToString(s.TraceId) != traceID {
 			t.Errorf("a span of trace %x, want %s", s.TraceId, traceID)
 		}
 		kinds[s.Kind]++
 	}
-	if len(rec.spans) != 2 || kinds[tracepb.Span_SPAN_KIND_SERVER] != 1 || kinds[tracepb.Span_SPAN_KIND_CLIENT] != 1 {
-		t.Errorf("the receiver got %d spans (%v) by ebb's exit, want its server span and its client span", len(rec.spans), kinds)
+	if len(spans) != 2 || kinds[tracepb.Span_SPAN_KIND_SERVER] != 1 || kinds[tracepb.Span_SPAN_KIND_CLIENT] != 1 {
+		t.Errorf("the receiver got %d spans (%v) by ebb's exit, want its server span and its client span", len(spans), kinds)
 	}
-	for _, name := range rec.services {
-		if name != "ebb-e2e" {
-			t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", name)
-		}
+	if name := rec.Resource()["service.name"]; name != "ebb-e2e" {
+		t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", name)
 	}
 }

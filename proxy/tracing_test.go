@@ -15,84 +15,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/telemetry"
 )
-
-// receiver is an OTLP trace receiver: the gRPC trace service, or the
-// HTTP/protobuf endpoint, keeping every span it is sent.
-type receiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	resource []*commonpb.KeyValue
-}
-
-func (r *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		r.resource = rs.GetResource().GetAttributes()
-		for _, ss := range rs.ScopeSpans {
-			r.spans = append(r.spans, ss.Spans...)
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func (r *receiver) got() []*tracepb.Span {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*tracepb.Span(nil), r.spans...)
-}
-
-// startGRPCReceiver serves r's trace service on 127.0.0.1 and returns
-// its endpoint URL.
-func startGRPCReceiver(t *testing.T, r *receiver) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, r)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	return "http://" + ln.Addr().String()
-}
-
-// startHTTPReceiver serves r as OTLP/HTTP's /v1/traces (protobuf) and
-// returns its endpoint URL.
-func startHTTPReceiver(t *testing.T, r *receiver) string {
-	t.Helper()
-	srv := newOriginServer(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "not OTLP/HTTP protobuf", http.StatusBadRequest)
-			return
-		}
-		b, err := io.ReadAll(req.Body)
-		var msg coltracepb.ExportTraceServiceRequest
-		if err == nil {
-			err = proto.Unmarshal(b, &msg)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Export(req.Context(), &msg)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Write(out)
-	}))
-	return srv + "/v1/traces"
-}
 
 // newOriginServer starts h on 127.0.0.1 and returns its http:// URL.
 func newOriginServer(t *testing.T, h http.Handler) string {
@@ -111,13 +40,13 @@ func newOriginServer(t *testing.T, h http.Handler) string {
 type tracedEnv struct {
 	*env
 	tel    *telemetry.Telemetry
-	rec    *receiver
+	rec    *proxytest.OTLPReceiver
 	access string // the access log's file
 }
 
 // newTracedEnv is newEnv with telemetry.tracing on: tracing holds its
 // keys (endpoint and the rest) as YAML lines under telemetry.tracing.
-func newTracedEnv(t *testing.T, m mode, h http.Handler, rec *receiver, tracing ...string) *tracedEnv {
+func newTracedEnv(t *testing.T, m mode, h http.Handler, rec *proxytest.OTLPReceiver, tracing ...string) *tracedEnv {
 	t.Helper()
 	var te *tracedEnv
 	e := proxytest.NewEnv(t, m, h, func(yaml string) string {
@@ -144,13 +73,13 @@ func (te *tracedEnv) spans(t *testing.T, n int) []*tracepb.Span {
 		if err != nil {
 			t.Fatalf("flushing spans: %v", err)
 		}
-		if got := te.rec.got(); len(got) >= n {
+		if got := te.rec.Spans(); len(got) >= n {
 			return got
 		}
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			t.Fatalf("the receiver has %d spans, want %d", len(te.rec.got()), n)
+			t.Fatalf("the receiver has %d spans, want %d", len(te.rec.Spans()), n)
 		}
 	}
 }
@@ -184,7 +113,7 @@ func attr(s *tracepb.Span, key string) string {
 // client span as its parent; the resource names ebb.
 func TestTracing(t *testing.T) {
 	run(t, func(t *testing.T, m mode) {
-		rec := &receiver{}
+		rec := &proxytest.OTLPReceiver{}
 		var mu sync.Mutex
 		var seen []string // the traceparent each request reached the origin with
 		te := newTracedEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +121,7 @@ func TestTracing(t *testing.T) {
 			seen = append(seen, r.Header.Get("Traceparent"))
 			mu.Unlock()
 			io.WriteString(w, "hello")
-		}), rec, "endpoint: "+startGRPCReceiver(t, rec), "service_name: edge-ebb")
+		}), rec, "endpoint: "+rec.ServeGRPC(t), "service_name: edge-ebb")
 		const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 		req, err := http.NewRequest(http.MethodGet, te.Base+"/traced?q=1", nil)
 		if err != nil {
@@ -267,12 +196,7 @@ func TestTracing(t *testing.T) {
 		if server.Name != "GET" || client.Name != "GET" {
 			t.Errorf("span names %q, %q; want GET", server.Name, client.Name)
 		}
-		rec.mu.Lock()
-		res := map[string]string{}
-		for _, kv := range rec.resource {
-			res[kv.Key] = kv.Value.GetStringValue()
-		}
-		rec.mu.Unlock()
+		res := rec.Resource()
 		if res["service.name"] != "edge-ebb" || res["telemetry.sdk.name"] != "opentelemetry" {
 			t.Errorf("resource %v, want service.name edge-ebb and the SDK's attributes", res)
 		}
@@ -287,7 +211,7 @@ func TestTracing(t *testing.T) {
 func TestTracingRetry(t *testing.T) {
 	for _, m := range []mode{{Down: proxytest.DownH1, Up: proxytest.UpHTTP1}, {Down: proxytest.DownH2C, Up: proxytest.UpH2C}} {
 		t.Run(m.String(), func(t *testing.T) {
-			rec := &receiver{}
+			rec := &proxytest.OTLPReceiver{}
 			origin, _ := proxytest.StartOrigin(t, m.Up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				io.WriteString(w, "hello")
 			}))
@@ -312,7 +236,7 @@ clusters:
     protocol: %[1]s
     discovery: { static: [%[2]q] }
 `, protocol, closed, origin)
-			te := startTraced(t, yaml, rec, "protocol: http/protobuf", "endpoint: "+startHTTPReceiver(t, rec))
+			te := startTraced(t, yaml, rec, "protocol: http/protobuf", "endpoint: "+rec.ServeHTTP(t))
 			client := proxytest.ModeClient(t, m, nil)
 			base := "http://" + te.px.Addr("public").String()
 			// Round robin: one of two requests starts on the closed port,
@@ -378,7 +302,7 @@ clusters:
 
 // startTraced starts a Proxy for yaml with telemetry.tracing on (its keys
 // in tracing), exporting to rec.
-func startTraced(t *testing.T, yaml string, rec *receiver, tracing ...string) *tracedEnv {
+func startTraced(t *testing.T, yaml string, rec *proxytest.OTLPReceiver, tracing ...string) *tracedEnv {
 	t.Helper()
 	access := filepath.Join(t.TempDir(), "access.log")
 	yaml += fmt.Sprintf("telemetry:\n  access_log: { path: %q }\n  tracing:\n    enabled: true\n", access)
@@ -414,12 +338,12 @@ func startTraced(t *testing.T, yaml string, rec *receiver, tracing ...string) *t
 // either way.
 func TestTracingSampling(t *testing.T) {
 	m := mode{Down: proxytest.DownH1, Up: proxytest.UpHTTP1}
-	rec := &receiver{}
+	rec := &proxytest.OTLPReceiver{}
 	seen := make(chan string, 3)
 	te := newTracedEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Header.Get("Traceparent")
 		io.WriteString(w, "hello")
-	}), rec, "endpoint: "+startGRPCReceiver(t, rec), "sampling_ratio: 0")
+	}), rec, "endpoint: "+rec.ServeGRPC(t), "sampling_ratio: 0")
 	const sampled, unsampled = "11111111111111111111111111111111", "22222222222222222222222222222222"
 	for _, tp := range []string{"", "00-" + unsampled + "-00f067aa0ba902b7-00", "00-" + sampled + "-00f067aa0ba902b7-01"} {
 		req := mustRequest(t, http.MethodGet, te.Base+"/")
@@ -473,7 +397,7 @@ func TestTracingSampling(t *testing.T) {
 // given without a path, which is posted to /v1/traces (the receiver
 // accepts no other path).
 func TestTracingUpstreamBusy(t *testing.T) {
-	rec := &receiver{}
+	rec := &proxytest.OTLPReceiver{}
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
 	origin, _ := proxytest.StartOrigin(t, proxytest.UpHTTP1, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -495,7 +419,7 @@ clusters:
     timeouts: { connect: 200ms } # also how long a request waits for a free connection
     discovery: { static: [%q] }
 `, origin)
-	endpoint := strings.TrimSuffix(startHTTPReceiver(t, rec), "/v1/traces")
+	endpoint := strings.TrimSuffix(rec.ServeHTTP(t), "/v1/traces")
 	te := startTraced(t, yaml, rec, "protocol: http/protobuf", "endpoint: "+endpoint)
 	base := "http://" + te.px.Addr("public").String()
 	held := make(chan int, 1)

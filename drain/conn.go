@@ -81,6 +81,15 @@ type Conn struct {
 	// WriteTimeout, when set before the connection is served, bounds each
 	// write: a peer that stops reading cannot hold the connection forever.
 	WriteTimeout time.Duration
+	// Skew, when set before the connection is served, is added to every
+	// read deadline set on the connection (not to a zero one). Listeners
+	// give each connection a random skew under a twentieth of their
+	// header timeout, so that connections opened together, as an
+	// attack's are, time out spread over that span: cut all at once,
+	// a thousand of them held the engine for tens of milliseconds,
+	// stalling every other client. A deadline meant to cut a read short
+	// at once is set far in the past, where a skew leaves it.
+	Skew time.Duration
 	// Drainable is false for connections of outbound listeners (the local
 	// application's egress), which the drain leaves alone.
 	Drainable bool
@@ -201,6 +210,26 @@ func (c *Conn) Peek(prefix []byte) (match bool, err error) {
 
 // Peeked returns the bytes Peek read that have not been read again yet.
 func (c *Conn) Peeked() []byte { return c.replay }
+
+// SetReadDeadline sets the read deadline, Skew later (see Skew).
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() {
+		t = t.Add(c.Skew)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets the read deadline Skew later than t and the write
+// deadline at t.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.Skew == 0 || t.IsZero() {
+		return c.Conn.SetDeadline(t)
+	}
+	if err := c.Conn.SetReadDeadline(t.Add(c.Skew)); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
 
 // Write writes to the connection, within WriteTimeout if set.
 func (c *Conn) Write(p []byte) (int, error) {

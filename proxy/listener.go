@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -118,10 +119,24 @@ func (l *listener) bind(listen ListenFunc) error {
 	l.chl = newChanListener(ln.Addr())
 	l.loop = newAcceptLoop(ln, l.cfg.Name, l.cfg.Role != config.RoleOutbound, l.p.reg, func(c *drain.Conn) {
 		c.WriteTimeout = l.cfg.Timeouts.Write
+		c.Skew = timeoutSkew(l.cfg.Timeouts.Header)
 		l.conns.Go(func() { l.serveConn(c) })
 	})
 	l.loop.limit(l.cfg.Limits.MaxConnections, l.atCap)
 	return nil
+}
+
+// skewShare: a connection's timeouts fall up to header/skewShare later
+// than set, at random (drain.Conn.Skew): 500 ms at the default 10 s.
+const skewShare = 20
+
+// timeoutSkew returns a new connection's skew for a listener whose header
+// timeout is header.
+func timeoutSkew(header time.Duration) time.Duration {
+	if span := header / skewShare; span > 0 {
+		return rand.N(span)
+	}
+	return 0
 }
 
 // capWarnEvery spaces the warnings that a listener is at its

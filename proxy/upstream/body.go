@@ -256,6 +256,10 @@ func (b *Body) Answered() {
 	_ = b.conn.SetReadDeadline(time.Time{})
 }
 
+// aLongTimeAgo is a read deadline that has passed, and still has once a
+// connection's skew (drain.Conn.Skew) is added: time.Now() would not.
+var aLongTimeAgo = time.Unix(1, 0)
+
 // interrupt makes a read from the client that is blocked, or about to
 // start, fail now: the HTTP/1 connection's read deadline passes, an
 // HTTP/2 stream's body is closed. The client's connection (its stream)
@@ -264,7 +268,7 @@ func (b *Body) Answered() {
 func (b *Body) interrupt() {
 	b.interrupted.Store(true)
 	if b.conn != nil {
-		_ = b.conn.SetReadDeadline(time.Now())
+		_ = b.conn.SetReadDeadline(aLongTimeAgo)
 	} else if c, ok := b.r.(io.Closer); ok {
 		_ = c.Close()
 	}

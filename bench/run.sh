@@ -58,7 +58,8 @@
 #                 and 1 % of requests, exporting over OTLP/gRPC to
 #                 bench/otlp-sink (on CPU 1): what tracing costs
 #   BASE=REF      also measure ebb as built from the git commit REF (proxy
-#                 "base", h1 and h2c parts), interleaved with today's ebb:
+#                 "base": h1, h2c, idle-h1 and slowloris parts), interleaved
+#                 with today's ebb:
 #                 the way to see what a change costs or buys
 #   PROFILE=0     1: after the h2c rounds, profile ebb (CPU, allocations)
 #                 under one more h2load run; saved next to the report
@@ -1206,7 +1207,7 @@ slow_attack() {
 }
 
 if has_part slowloris; then
-	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || SLOW_TARGETS+=("$p"); done
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} && $p != base ]] || SLOW_TARGETS+=("$p"); done
 	((${#SLOW_TARGETS[@]} > 0)) || die "the slowloris part needs ebb, nginx or haproxy in PROXIES"
 	V_KIND+=([slowloris]=wrk [slow-base]=wrk [slow-attack]=wrk)
 	V_PATH+=([slow-base]=/ [slow-attack]=/)

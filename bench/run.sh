@@ -223,11 +223,11 @@ alive() {
 await_ready() {
 	local name=$1 out=$2 i
 	for ((i = 0; i < $3 * 10; i++)); do
-		grep -q '^ready' "$out" && return 0
+		grep -qs '^ready' "$out" && return 0
 		alive "${PID[$name]}" || break
 		sleep 0.1
 	done
-	grep -q '^ready' "$out"
+	grep -qs '^ready' "$out"
 }
 
 # stop_pid NAME: SIGTERM, a bounded wait, then SIGKILL. For nginx the

@@ -255,10 +255,7 @@ WORKDIR /go
 // reach, and returns its URL.
 func moduleProxy(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	gw := strings.TrimSpace(docker(t, ctx, nil, "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}"))
-	if net.ParseIP(gw) == nil {
-		t.Fatalf("Docker's bridge network has no gateway address: %q", gw)
-	}
+	gw := bridgeGateway(t, ctx)
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Fatalf("go env GOMODCACHE: %v", err)
@@ -280,6 +277,38 @@ func moduleProxy(t *testing.T, ctx context.Context) string {
 	})
 	// What the cache lacks comes from the public proxy.
 	return "http://" + ln.Addr().String() + ",https://proxy.golang.org"
+}
+
+// bridgeGateway returns the address of Docker's default bridge on this
+// host: the gateway its IPAM configuration names or, when that is empty
+// (as seen on a daemon's very first start, which creates the bridge), the
+// IPv4 address of the bridge's interface.
+func bridgeGateway(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	out := docker(t, ctx, nil, "network", "inspect", "bridge", "-f",
+		`{{(index .IPAM.Config 0).Gateway}} {{index .Options "com.docker.network.bridge.name"}}`)
+	gw, name, _ := strings.Cut(strings.TrimSpace(out), " ")
+	if net.ParseIP(gw) != nil {
+		return gw
+	}
+	if name == "" {
+		name = "docker0"
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatalf("Docker's bridge network names no gateway (%q), and its interface %s: %v", gw, name, err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		t.Fatalf("the addresses of Docker's bridge %s: %v", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	t.Fatalf("Docker's bridge network names no gateway (%q), and its interface %s has no IPv4 address (%v)", gw, name, addrs)
+	return ""
 }
 
 // composeCommand is docker compose, or docker-compose where the plugin

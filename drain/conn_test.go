@@ -9,6 +9,17 @@ import (
 	"time"
 )
 
+// skewed returns a tracked connection with skew, one end of a pipe, and
+// the pipe's other end; both are closed with the test.
+func skewed(t *testing.T, skew time.Duration) (*Conn, net.Conn) {
+	a, z := net.Pipe()
+	t.Cleanup(func() { z.Close() })
+	c := NewRegistry().Track(a, "test", true, nil)
+	t.Cleanup(func() { c.Close() })
+	c.Skew = skew
+	return c, z
+}
+
 // TestConnSkew checks that a connection's skew moves each read deadline
 // later, that a zero deadline stays none and a past one still cuts a
 // read at once, and that write deadlines are left alone.
@@ -17,11 +28,7 @@ func TestConnSkew(t *testing.T) {
 	// readAfter sets a read deadline with set and reports when the
 	// blocked read failed, since it began, and with what.
 	readAfter := func(t *testing.T, set func(c *Conn) error) (time.Duration, error) {
-		a, z := net.Pipe()
-		defer z.Close()
-		c := NewRegistry().Track(a, "test", true, nil)
-		defer c.Close()
-		c.Skew = skew
+		c, _ := skewed(t, skew)
 		start := time.Now()
 		if err := set(c); err != nil {
 			t.Fatal(err)
@@ -53,11 +60,7 @@ func TestConnSkew(t *testing.T) {
 	}
 	t.Run("zero", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			a, z := net.Pipe()
-			defer z.Close()
-			c := NewRegistry().Track(a, "test", true, nil)
-			defer c.Close()
-			c.Skew = skew
+			c, z := skewed(t, skew)
 			if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
 				t.Fatal(err)
 			}
@@ -84,11 +87,7 @@ func TestConnSkew(t *testing.T) {
 	})
 	t.Run("write deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			a, z := net.Pipe()
-			defer z.Close()
-			c := NewRegistry().Track(a, "test", true, nil)
-			defer c.Close()
-			c.Skew = skew
+			c, _ := skewed(t, skew)
 			start := time.Now()
 			if err := c.SetDeadline(start.Add(time.Second)); err != nil {
 				t.Fatal(err)

@@ -72,7 +72,7 @@ func TestConnSkew(t *testing.T) {
 				_, err := c.Read(make([]byte, 1))
 				got <- err
 			}()
-			time.Sleep(time.Hour) // in the bubble: only the fake clock moves
+			<-time.After(time.Hour) // the bubble's clock: an hour passes at once
 			synctest.Wait()
 			select {
 			case err := <-got:

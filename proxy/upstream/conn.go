@@ -49,13 +49,16 @@ func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
 // answer to what was just written is rarely there yet, and a read that
 // finds nothing costs a system call (EAGAIN) before the goroutine parks.
 // Under load, other goroutines run meanwhile and the read then finds data;
-// alone, Gosched returns at once. (Measured on one core, interleaved with a
-// build without it: about 5 % more HTTP/1 requests per second, 4 % less
-// CPU per request, the same p99.) It seldom chains: between two
-// upstream writes the goroutine reads its client, which has rarely sent
-// the next request yet, so it parks there, the run queues drain and the
-// network is polled each round.
-// Client connections do not yield (see drain.Conn.Read for why).
+// alone, Gosched returns at once. It seldom chains: between two upstream
+// writes the goroutine reads its client, which has rarely sent the next
+// request yet, so it parks there, the run queues drain and the network is
+// polled each round. Measured on one core at 64 connections, interleaved
+// with a build without it: 8-15 % more HTTP/1 requests per second and
+// 10-13 % less CPU per request, for a wider spread of latencies (p99 up
+// to 30 % higher), because with one network poll per round the order in
+// which connections are served flips every round (bench/README.md, "What
+// is left of the tail"). Client connections do not yield (see
+// drain.Conn.Read for why).
 func (c *Conn) Read(p []byte) (int, error) {
 	if c.wrote.Swap(false) {
 		runtime.Gosched()

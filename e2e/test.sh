@@ -15,10 +15,14 @@ go vet ./...
 go test -race -count=1 -timeout 14m ./...
 # Each fuzz target briefly, beyond its committed corpus, so that a
 # regression in parsing shows (a failing input is written to testdata/).
+# On Go 1.27.3 (fetched once through the module proxy): Go 1.26's fuzzing
+# coordinator can fail a target with "context deadline exceeded" when
+# -fuzztime ends while a worker is still on an input, with no failing input
+# behind it (go.dev/issue/75804, fixed in Go 1.27).
 for target in config:FuzzLoad drain:FuzzPeek proxy/headers:FuzzRequestRules proxy/h1:FuzzHTTP1Request proxy/h1:FuzzHeadScan proxy/h2:FuzzConn; do
-	go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "./${target%%:*}/"
+	GOTOOLCHAIN=go1.27.3 go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "./${target%%:*}/"
 done
-# The HTTP/2 engine on the newer Go release too (fetched once through the
-# module proxy): its own tests, the proxy package's matrix and h2spec.
+# The HTTP/2 engine on the newer Go release too: its own tests, the proxy
+# package's matrix and h2spec.
 GOTOOLCHAIN=go1.27.3 go test -count=1 -timeout 5m ./proxy/h2/ ./proxy/
 GOTOOLCHAIN=go1.27.3 go test -count=1 -timeout 5m -run TestH2Spec ./e2e/

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -114,7 +115,13 @@ type Conn struct {
 	streams   func() int   // guarded by smu: the engine's count of open streams (HTTP/2)
 	signaled  time.Time    // guarded by smu: when closeReq was set
 	idleSince atomic.Int64 // unix nanoseconds; 0 unless idle
-	finSent   time.Time    // owned by the controller: when an idle close began
+
+	// The idle close's handshake (idleclose.go): the controller asks, the
+	// reading goroutine answers. readDeadline is the read deadline last
+	// set through the Conn (unix nanoseconds, skew included; 0 for none),
+	// put back when an ask is declined.
+	idleClose    atomic.Int32
+	readDeadline atomic.Int64
 
 	writeDeadline WriteDeadline // belongs to the writing goroutine
 	peek          [24]byte      // bytes read to recognize the protocol...
@@ -169,17 +176,26 @@ func (c *Conn) lingerClose() {
 // parking, while the processor, never idle, left the network unpolled
 // (for up to sysmon's 10 ms): connections whose requests had arrived
 // waited, and the HTTP/1 p99 was 5–7× HAProxy's.
+//
+// A read cut short by the drain's idle close (see idleclose.go) does not
+// return: either the connection is closed (io.EOF) or the read goes on.
 func (c *Conn) Read(p []byte) (int, error) {
-	var n int
-	var err error
 	if len(c.replay) > 0 {
-		n = copy(p, c.replay)
+		n := copy(p, c.replay)
 		c.replay = c.replay[n:]
-	} else {
-		n, err = c.Conn.Read(p)
+		c.rx.Add(int64(n))
+		return n, nil
 	}
-	c.rx.Add(int64(n))
-	return n, err
+	for {
+		n, err := c.Conn.Read(p)
+		c.rx.Add(int64(n))
+		if n > 0 || !c.idleCloseAsked(err) {
+			return n, err
+		}
+		if c.answerIdleClose() {
+			return 0, io.EOF
+		}
+	}
 }
 
 // Peek reads the connection's first bytes, up to len(prefix), for as long
@@ -196,6 +212,15 @@ func (c *Conn) Peek(prefix []byte) (match bool, err error) {
 	for n < len(buf) {
 		var k int
 		k, err = c.Conn.Read(buf[n:])
+		if k == 0 && c.idleCloseAsked(err) {
+			if n > 0 {
+				c.declineIdleClose() // it has begun to speak
+			} else if c.answerIdleClose() {
+				err = io.EOF
+				break
+			}
+			continue
+		}
 		n += k
 		if string(buf[:n]) != string(prefix[:n]) {
 			break
@@ -216,16 +241,17 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if !t.IsZero() {
 		t = t.Add(c.Skew)
 	}
-	return c.Conn.SetReadDeadline(t)
+	return c.setReadDeadline(t)
 }
 
 // SetDeadline sets the read deadline Skew later than t and the write
 // deadline at t.
 func (c *Conn) SetDeadline(t time.Time) error {
-	if c.Skew == 0 || t.IsZero() {
-		return c.Conn.SetDeadline(t)
+	rt := t
+	if !t.IsZero() {
+		rt = t.Add(c.Skew)
 	}
-	if err := c.Conn.SetReadDeadline(t.Add(c.Skew)); err != nil {
+	if err := c.setReadDeadline(rt); err != nil {
 		return err
 	}
 	return c.Conn.SetWriteDeadline(t)
@@ -352,17 +378,6 @@ func (c *Conn) signaledAt() time.Time {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	return c.signaled
-}
-
-// closeWrite half-closes the connection: the peer sees the end of the
-// stream (and a pooling client drops the connection) while the engine's
-// read goes on, so that a request that crossed the FIN is not reset.
-func (c *Conn) closeWrite() error {
-	cw, ok := c.Conn.(interface{ CloseWrite() error })
-	if !ok {
-		return c.Close()
-	}
-	return cw.CloseWrite()
 }
 
 // Close closes the connection once and removes it from the registry,

@@ -345,11 +345,10 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 }
 
 // closeIdle closes the HTTP/1 connections (and those that have not said
-// anything yet) that have been idle for
-// drain.http1.idle_close past their moment: a FIN first, so that the client
-// drops the connection from its pool (and a request crossing it is not
-// reset), then, finWait later, the socket. It returns when it must be
-// called next, or zero.
+// anything yet) that have been idle for drain.http1.idle_close past their
+// moment: it asks each one's reading goroutine, which sends a FIN if no
+// request has begun (idleclose.go). It returns when it must be called
+// next, or zero.
 func (r *run) closeIdle(now time.Time) time.Time {
 	ic := r.cfg.HTTP1.IdleClose
 	if r.Phase() < PhaseSignal || ic == config.Never {
@@ -364,23 +363,19 @@ func (r *run) closeIdle(now time.Time) time.Time {
 	for _, c := range r.reg.Conns() {
 		// A connection whose protocol is still unknown has sent nothing
 		// yet (clients open spare connections, browsers preconnect): it is
-		// idle like a new HTTP/1 one.
-		p := c.Protocol()
-		if !c.Drainable || (p != ProtoHTTP1 && p != ProtoUnknown) || !c.CloseRequested() {
+		// idle like a new HTTP/1 one. One whose protocol is known and is
+		// still new has sent its first request: it is not idle.
+		if !c.Drainable || !c.CloseRequested() || !c.looksIdle() {
 			continue
 		}
-		// A new connection whose protocol is known has sent its first
-		// request: it is not idle.
-		if st := c.State(); st != StateIdle && (st != StateNew || p != ProtoUnknown) {
+		switch c.idleClose.Load() {
+		case idleAsked:
+			// Its reader answers as soon as it runs; a declined ask is
+			// made again.
+			later(now.Add(minScan))
 			continue
-		}
-		if !c.finSent.IsZero() {
-			if end := c.finSent.Add(finWait); now.Before(end) {
-				later(end)
-			} else {
-				c.Close()
-			}
-			continue
+		case idleAnswered:
+			continue // its reader finishes it, within finWait
 		}
 		idleAt := c.signaledAt()
 		if ns := c.idleSince.Load(); ns != 0 && ns > idleAt.UnixNano() {
@@ -392,18 +387,13 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		}
 		if c.pending() {
 			// A request (or the client's own close) is in the socket,
-			// not yet read: a FIN now would cross it. Once read, the
-			// response carries Connection: close.
+			// not yet read: no need to ask. Once read, the response
+			// carries Connection: close.
 			later(now.Add(minScan))
 			continue
 		}
-		c.finSent = now
-		r.reg.Stats.IdleCloses.Add(1)
-		if c.closeWrite() != nil {
-			c.Close()
-			continue
-		}
-		later(now.Add(finWait))
+		c.askIdleClose()
+		later(now.Add(minScan))
 	}
 	return next
 }

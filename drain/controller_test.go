@@ -80,13 +80,33 @@ func newBubble(t *testing.T, cfg config.Drain) *bubble {
 	return b
 }
 
-// conn tracks a new connection of the given protocol; its peer end is
-// closed with the test.
+// conn tracks a new connection of the given protocol, read by a stand-in
+// for its engine: it waits for requests, and closes the connection when a
+// read fails, as engines do (an idle close is the reader's to send). The
+// peer end is closed with the test.
 func (b *bubble) conn(proto Protocol, drainable bool) *Conn {
 	a, z := net.Pipe()
-	b.t.Cleanup(func() { z.Close() })
 	c := b.reg.Track(a, "l", drainable, nil)
 	c.SetProtocol(proto)
+	var engine sync.WaitGroup
+	engine.Go(func() {
+		defer c.Close()
+		if proto == ProtoUnknown {
+			if _, err := c.Peek([]byte("PRI")); err != nil {
+				return
+			}
+		}
+		var buf [64]byte
+		for {
+			if _, err := c.Read(buf[:]); err != nil {
+				return
+			}
+		}
+	})
+	b.t.Cleanup(func() {
+		z.Close()
+		engine.Wait()
+	})
 	return c
 }
 

@@ -14,37 +14,34 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 )
 
-// TestIdleCloseWaitsForPendingBytes: an idle HTTP/1 connection whose next
-// request is already in its socket, not yet read by the engine (its
-// goroutine not yet scheduled), is not half-closed at idle_close: the FIN
-// would cross the request, which the client could not tell from a
-// failure. Once the engine has read the request and served it, the idle
-// close goes ahead. Real sockets: the peek is a system call.
-func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
+// tcpPair returns the two ends of a loopback TCP connection, the server's
+// tracked by reg as an idle HTTP/1 connection.
+func tcpPair(t *testing.T, reg *Registry) (client net.Conn, c *Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
 	server, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := NewRegistry()
-	c := reg.Track(server, "l", true, nil)
-	defer c.Close()
+	c = reg.Track(server, "l", true, nil)
+	t.Cleanup(func() { c.Close() })
 	c.SetProtocol(ProtoHTTP1)
 	c.SetState(StateIdle)
-	req := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
-	if _, err := io.WriteString(client, req); err != nil {
-		t.Fatal(err)
-	}
+	return client, c
+}
 
+// startIdleClosing runs a drain of reg whose idle_close is 20ms, from now
+// on, until the test ends.
+func startIdleClosing(t *testing.T, reg *Registry) {
 	cfg := drainConfig(0, 0, 10*time.Second)
 	cfg.HTTP1.IdleClose = config.IdleClose(20 * time.Millisecond)
 	ctl := NewController(cfg, reg, &fakeServer{reg: reg}, quiet())
@@ -53,31 +50,113 @@ func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
 		defer close(done)
 		ctl.Run(context.Background())
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		ctl.Force("the test's end")
 		<-done
-	}()
+	})
 	ctl.Trigger("test")
+}
 
-	// Many idle_close periods pass: no FIN while the request waits.
+// expectNothing checks that client receives nothing, not even a FIN, for
+// many idle_close periods.
+func expectNothing(t *testing.T, client net.Conn, while string) {
+	t.Helper()
 	client.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	if n, err := client.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("the client read %d bytes, %v, while its request was unread; want nothing yet", n, err)
+		t.Fatalf("the client read %d bytes, %v, %s; want nothing yet", n, err, while)
 	}
+}
+
+// expectFIN checks that client reads want and then the end of the stream,
+// and closes it as a pooling client does.
+func expectFIN(t *testing.T, client net.Conn, want string) {
+	t.Helper()
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(client)
+	if err != nil || string(got) != want {
+		t.Fatalf("the client read %q, %v; want %q and then EOF (the idle close's FIN)", got, err, want)
+	}
+	client.Close()
+}
+
+// TestIdleCloseWaitsForPendingBytes: an idle HTTP/1 connection whose next
+// request is already in its socket, not yet read by the engine (its
+// goroutine not yet scheduled), is not half-closed at idle_close: the FIN
+// would cross the request, which the client could not tell from a
+// failure. Once the engine has read the request and served it, the idle
+// close goes ahead. Real sockets: the peek is a system call.
+func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
+	reg := NewRegistry()
+	client, c := tcpPair(t, reg)
+	req := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(client, req); err != nil {
+		t.Fatal(err)
+	}
+	startIdleClosing(t, reg)
+	expectNothing(t, client, "while its request was unread")
 	if n := reg.Stats.IdleCloses.Load(); n != 0 {
 		t.Fatalf("%d idle closes with a request waiting in the socket, want 0", n)
 	}
 
 	// The engine reads the request and serves it; then the connection is
-	// idle for real and gets its FIN.
-	c.SetState(StateActive)
-	if _, err := io.ReadFull(server, make([]byte, len(req))); err != nil {
+	// idle for real and its next read gets the FIN sent.
+	engine := make(chan error, 1)
+	go func() {
+		c.SetState(StateActive)
+		if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
+			engine <- err
+			return
+		}
+		c.SetState(StateIdle)
+		_, err := c.Read(make([]byte, 1))
+		engine <- err
+	}()
+	expectFIN(t, client, "")
+	if err := <-engine; err != io.EOF {
+		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
+	}
+	if n := reg.Stats.IdleCloses.Load(); n != 1 {
+		t.Fatalf("%d idle closes, want 1", n)
+	}
+}
+
+// TestIdleCloseLeftToTheReader: the engine takes a request's bytes from
+// the socket before it reports the connection active. In between, the
+// connection looks idle and its socket is empty, and a FIN sent then
+// would cross a request that had arrived. The idle close is the reader's
+// to send: while the engine works on the request nothing is sent; its
+// response goes out whole, and the FIN follows at its next read.
+func TestIdleCloseLeftToTheReader(t *testing.T) {
+	reg := NewRegistry()
+	client, c := tcpPair(t, reg)
+	req := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"
+	if _, err := io.WriteString(client, req); err != nil {
 		t.Fatal(err)
 	}
+	// The engine has read the request, and has not yet said so.
+	if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
+		t.Fatal(err)
+	}
+	startIdleClosing(t, reg)
+	expectNothing(t, client, "while the engine had the request")
+	if n := reg.Stats.IdleCloses.Load(); n != 0 {
+		t.Fatalf("%d idle closes while the engine had the request, want 0", n)
+	}
+
+	c.SetState(StateActive)
+	resp := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	if _, err := io.WriteString(c, resp); err != nil {
+		t.Fatalf("writing the response: %v", err)
+	}
 	c.SetState(StateIdle)
-	client.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := client.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("the client read %d bytes, %v, after the connection went idle; want EOF (the idle close's FIN)", n, err)
+	engine := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		engine <- err
+	}()
+	expectFIN(t, client, resp)
+	if err := <-engine; err != io.EOF {
+		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
 	}
 	if n := reg.Stats.IdleCloses.Load(); n != 1 {
 		t.Fatalf("%d idle closes, want 1", n)

@@ -1,0 +1,119 @@
+package drain
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+// The drain's idle close of an HTTP/1 connection (or of one that has not
+// said anything yet) is a handshake between the controller, which decides
+// when (idle for idle_close past the connection's moment), and the
+// goroutine reading the connection, which decides whether and sends the
+// FIN. Only the reader knows for sure that no request has begun: the
+// engine takes a request's bytes from the socket before it reports the
+// connection active, and a FIN sent by the controller in between would
+// cross a request that had arrived, which the client sees fail. So the
+// controller asks, by moving the read deadline into the past; the
+// reader's read, cut short, answers (Conn.Read, Conn.Peek): if the
+// connection is still idle and nothing waits in the socket, it half-closes
+// it, reads and drops what the client still sends until the client
+// closes (within finWait), and ends the read with io.EOF, so that the
+// engine closes the connection; otherwise it puts the engine's deadline
+// back and reads on, and the response to the request that came carries
+// Connection: close.
+//
+// What remains is the race no server can remove: a client that sends a
+// request on the connection while the FIN is on its way to it (DRAIN.md).
+const (
+	idleNone     int32 = iota
+	idleAsked          // the controller asked; the reader is to answer
+	idleAnswered       // the reader sent the FIN and finishes the connection
+)
+
+// aLongTimeAgo is a read deadline that has passed, and still has once a
+// skew is added: setting it cuts a blocked read short at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// looksIdle reports whether the connection waits for a request: idle
+// HTTP/1, or new and silent (the protocol is known once the first bytes
+// came). Called by the controller, and by the reader for its answer.
+func (c *Conn) looksIdle() bool {
+	p := c.Protocol()
+	switch c.State() {
+	case StateIdle:
+		return p == ProtoHTTP1 || p == ProtoUnknown
+	case StateNew:
+		return p == ProtoUnknown
+	}
+	return false
+}
+
+// askIdleClose asks the reader to close the idle connection (controller).
+func (c *Conn) askIdleClose() {
+	if c.idleClose.CompareAndSwap(idleNone, idleAsked) {
+		c.Conn.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// idleCloseAsked reports whether err, a read's, is the controller's ask.
+func (c *Conn) idleCloseAsked(err error) bool {
+	return err != nil && c.idleClose.Load() == idleAsked && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// answerIdleClose answers the ask, on the reading goroutine, after a read
+// cut short by it consumed nothing. It reports whether the connection was
+// finished (the read ends with io.EOF) or the read is to go on.
+func (c *Conn) answerIdleClose() (closed bool) {
+	if !c.looksIdle() || c.pending() || !c.idleClose.CompareAndSwap(idleAsked, idleAnswered) {
+		c.declineIdleClose()
+		return false
+	}
+	if c.reg != nil {
+		c.reg.Stats.IdleCloses.Add(1)
+	}
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return true
+	}
+	// The client drops the connection from its pool at the FIN and closes
+	// its side; a request it sent before seeing the FIN is dropped here
+	// rather than left unread, which would make the close a reset.
+	if c.Conn.SetReadDeadline(time.Now().Add(finWait)) != nil {
+		return true
+	}
+	var buf [512]byte
+	for {
+		if _, err := c.Conn.Read(buf[:]); err != nil {
+			return true
+		}
+	}
+}
+
+// declineIdleClose withdraws the ask (reader): a request has begun, or is
+// waiting in the socket. The engine's read deadline is put back.
+func (c *Conn) declineIdleClose() {
+	c.idleClose.CompareAndSwap(idleAsked, idleNone)
+	var t time.Time
+	if ns := c.readDeadline.Load(); ns != 0 {
+		t = time.Unix(0, ns)
+	}
+	c.setReadDeadline(t)
+}
+
+// setReadDeadline sets the read deadline and remembers it. An ask that
+// came meanwhile is not overwritten: the deadline goes back into the past.
+// (The ask is stored before its deadline is set, and the deadline here
+// before the ask is looked at, so one of the two sees the other.)
+func (c *Conn) setReadDeadline(t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	c.readDeadline.Store(ns)
+	err := c.Conn.SetReadDeadline(t)
+	if c.idleClose.Load() == idleAsked {
+		c.Conn.SetReadDeadline(aLongTimeAgo)
+	}
+	return err
+}

@@ -94,7 +94,7 @@ var clientKinds = []clientKind{
 var goHTTP1PerWorker = clientKind{name: "go-http1-per-worker", new: func(addr string, workers int) loadClient {
 	var p http.Protocols
 	p.SetHTTP1(true)
-	return newGoClient(addr, 1, workers, 1, &p)
+	return newGoClient(addr, 1, workers, 1, &p, 0)
 }}
 
 // goClient is Go's client, with its own pooling and retries as they are.
@@ -106,13 +106,14 @@ type goClient struct {
 	trs     []*http.Transport
 }
 
-func newGoClient(addr string, major, transports, idlePerHost int, p *http.Protocols) *goClient {
+func newGoClient(addr string, major, transports, idlePerHost int, p *http.Protocols, idleTimeout time.Duration) *goClient {
 	g := &goClient{base: "http://" + addr, major: major}
 	for range transports {
 		tr := &http.Transport{
 			Protocols:             p,
 			DisableCompression:    true,
 			MaxIdleConnsPerHost:   idlePerHost,
+			IdleConnTimeout:       idleTimeout,
 			ResponseHeaderTimeout: waitTimeout,
 		}
 		g.trs = append(g.trs, tr)
@@ -121,12 +122,26 @@ func newGoClient(addr string, major, transports, idlePerHost int, p *http.Protoc
 	return g
 }
 
+// goHTTP1IdleTimeout is how long the shared pool of Go's HTTP/1.1 client
+// keeps a connection nobody uses: below the drain.http1.idle_close of the
+// scenarios that drain under it (200ms), as a client's keep-alive timeout
+// should be below its server's. The pool is last in, first out, and Go
+// dials a connection for a request that then takes one freed meanwhile,
+// keeping the new one: such spares sit idle in the pool until a burst
+// reaches them, at any moment. A drain closes them with a FIN idle_close
+// after their moment, and one taken at the instant that FIN is on its way
+// (through the VIP's copying, on a loaded machine: milliseconds) carries
+// its request into a closed connection; Go does not resend a POST. No
+// server can close an idle HTTP/1 connection without that race (DRAIN.md,
+// signal close); a client whose idle timeout is the shorter never meets it.
+const goHTTP1IdleTimeout = 100 * time.Millisecond
+
 // newGoHTTP1Client is Go's HTTP/1.1 client: one keep-alive pool shared by
 // the workers, large enough to keep a connection per worker.
 func newGoHTTP1Client(addr string, workers int) loadClient {
 	var p http.Protocols
 	p.SetHTTP1(true)
-	return newGoClient(addr, 1, 1, workers, &p)
+	return newGoClient(addr, 1, 1, workers, &p, goHTTP1IdleTimeout)
 }
 
 // newGoHTTP2Client is Go's HTTP/2 client (h2c with prior knowledge), one
@@ -135,7 +150,7 @@ func newGoHTTP1Client(addr string, workers int) loadClient {
 func newGoHTTP2Client(addr string, workers int) loadClient {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	return newGoClient(addr, 2, workers, 2, &p)
+	return newGoClient(addr, 2, workers, 2, &p, 0)
 }
 
 func (g *goClient) do(w int, r loadRequest) (string, error) {

@@ -122,6 +122,10 @@ type Conn struct {
 	// put back when an ask is declined.
 	idleClose    atomic.Int32
 	readDeadline atomic.Int64
+	// rxIdle is rx when the connection last went idle (0 while new): a
+	// read since then means a request has begun, even if the engine has
+	// not said so (a TLS record is read in parts before its request).
+	rxIdle atomic.Int64
 
 	writeDeadline WriteDeadline // belongs to the writing goroutine
 	peek          [24]byte      // bytes read to recognize the protocol...
@@ -181,9 +185,8 @@ func (c *Conn) lingerClose() {
 // return: either the connection is closed (io.EOF) or the read goes on.
 func (c *Conn) Read(p []byte) (int, error) {
 	if len(c.replay) > 0 {
-		n := copy(p, c.replay)
+		n := copy(p, c.replay) // counted in rx when Peek read them
 		c.replay = c.replay[n:]
-		c.rx.Add(int64(n))
 		return n, nil
 	}
 	for {
@@ -212,10 +215,9 @@ func (c *Conn) Peek(prefix []byte) (match bool, err error) {
 	for n < len(buf) {
 		var k int
 		k, err = c.Conn.Read(buf[n:])
+		c.rx.Add(int64(k))
 		if k == 0 && c.idleCloseAsked(err) {
-			if n > 0 {
-				c.declineIdleClose() // it has begun to speak
-			} else if c.answerIdleClose() {
+			if c.answerIdleClose() {
 				err = io.EOF
 				break
 			}
@@ -307,6 +309,7 @@ func (c *Conn) SetState(s State) {
 		}
 		if c.state.CompareAndSwap(old, int32(s)) {
 			if s == StateIdle {
+				c.rxIdle.Store(c.rx.Load())
 				c.idleSince.Store(time.Now().UnixNano())
 			} else {
 				c.idleSince.Store(0)

@@ -368,6 +368,12 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		if !c.Drainable || !c.CloseRequested() || !c.looksIdle() {
 			continue
 		}
+		if c.rx.Load() != c.rxIdle.Load() {
+			// It has read bytes since it went idle: a request (or a TLS
+			// handshake) has begun, which the engine has not reported
+			// yet. Its response will carry Connection: close.
+			continue
+		}
 		switch c.idleClose.Load() {
 		case idleAsked:
 			// Its reader answers as soon as it runs; a declined ask is

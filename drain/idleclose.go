@@ -16,7 +16,9 @@ import (
 // cross a request that had arrived, which the client sees fail. So the
 // controller asks, by moving the read deadline into the past; the
 // reader's read, cut short, answers (Conn.Read, Conn.Peek): if the
-// connection is still idle and nothing waits in the socket, it half-closes
+// connection is still idle, has read nothing since it went idle (a TLS
+// record, or a request, can be read in parts before the engine sees it)
+// and nothing waits in the socket, it half-closes
 // it, reads and drops what the client still sends until the client
 // closes (within finWait), and ends the read with io.EOF, so that the
 // engine closes the connection; otherwise it puts the engine's deadline
@@ -62,10 +64,13 @@ func (c *Conn) idleCloseAsked(err error) bool {
 }
 
 // answerIdleClose answers the ask, on the reading goroutine, after a read
-// cut short by it consumed nothing. It reports whether the connection was
-// finished (the read ends with io.EOF) or the read is to go on.
+// cut short by it consumed nothing. The connection is finished only if it
+// waits for a request, has read nothing since it went idle and has nothing
+// in its socket. It reports whether it was (the read ends with io.EOF) or
+// the read is to go on.
 func (c *Conn) answerIdleClose() (closed bool) {
-	if !c.looksIdle() || c.pending() || !c.idleClose.CompareAndSwap(idleAsked, idleAnswered) {
+	if !c.looksIdle() || c.rx.Load() != c.rxIdle.Load() || c.pending() ||
+		!c.idleClose.CompareAndSwap(idleAsked, idleAnswered) {
 		c.declineIdleClose()
 		return false
 	}

@@ -117,11 +117,13 @@ type Conn struct {
 	idleSince atomic.Int64 // unix nanoseconds; 0 unless idle
 
 	// The idle close's handshake (idleclose.go): the controller asks, the
-	// reading goroutine answers. readDeadline is the read deadline last
-	// set through the Conn (unix nanoseconds, skew included; 0 for none),
-	// put back when an ask is declined.
-	idleClose    atomic.Int32
-	readDeadline atomic.Int64
+	// reading goroutine answers. readDL is the read deadline last set
+	// through the Conn (skew included), put back when an ask is declined;
+	// dmu orders the socket's read deadline, readDL and idleClose's moves
+	// between none and asked.
+	idleClose atomic.Int32
+	dmu       sync.Mutex
+	readDL    time.Time // guarded by dmu
 	// rxIdle is rx when the connection last went idle (0 while new): a
 	// read since then means a request has begun, even if the engine has
 	// not said so (a TLS record is read in parts before its request).

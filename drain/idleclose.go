@@ -53,6 +53,8 @@ func (c *Conn) looksIdle() bool {
 
 // askIdleClose asks the reader to close the idle connection (controller).
 func (c *Conn) askIdleClose() {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
 	if c.idleClose.CompareAndSwap(idleNone, idleAsked) {
 		c.Conn.SetReadDeadline(aLongTimeAgo)
 	}
@@ -96,29 +98,25 @@ func (c *Conn) answerIdleClose() (closed bool) {
 }
 
 // declineIdleClose withdraws the ask (reader): a request has begun, or is
-// waiting in the socket. The engine's read deadline is put back.
+// waiting in the socket. The engine's read deadline is put back. Under
+// dmu, so that an ask cannot set its deadline after the ask was withdrawn
+// (a late past deadline would cut the engine's next read short for real).
 func (c *Conn) declineIdleClose() {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
 	c.idleClose.CompareAndSwap(idleAsked, idleNone)
-	var t time.Time
-	if ns := c.readDeadline.Load(); ns != 0 {
-		t = time.Unix(0, ns)
-	}
-	c.setReadDeadline(t)
+	c.Conn.SetReadDeadline(c.readDL)
 }
 
-// setReadDeadline sets the read deadline and remembers it. An ask that
-// came meanwhile is not overwritten: the deadline goes back into the past.
-// (The ask is stored before its deadline is set, and the deadline here
-// before the ask is looked at, so one of the two sees the other.)
+// setReadDeadline sets the read deadline and remembers it; while an ask
+// is outstanding the socket's stays in the past, so that the ask is not
+// overwritten.
 func (c *Conn) setReadDeadline(t time.Time) error {
-	var ns int64
-	if !t.IsZero() {
-		ns = t.UnixNano()
-	}
-	c.readDeadline.Store(ns)
-	err := c.Conn.SetReadDeadline(t)
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.readDL = t
 	if c.idleClose.Load() == idleAsked {
-		c.Conn.SetReadDeadline(aLongTimeAgo)
+		return c.Conn.SetReadDeadline(aLongTimeAgo)
 	}
-	return err
+	return c.Conn.SetReadDeadline(t)
 }

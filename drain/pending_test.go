@@ -123,9 +123,10 @@ func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
 // TestIdleCloseLeftToTheReader: the engine takes a request's bytes from
 // the socket before it reports the connection active. In between, the
 // connection looks idle and its socket is empty, and a FIN sent then
-// would cross a request that had arrived. The idle close is the reader's
-// to send: while the engine works on the request nothing is sent; its
-// response goes out whole, and the FIN follows at its next read.
+// would cross a request that had arrived (the controller used to send
+// it). Bytes read since the connection went idle keep the drain from
+// asking; its response goes out whole, and the FIN follows, sent by the
+// reader at its next read.
 func TestIdleCloseLeftToTheReader(t *testing.T) {
 	reg := NewRegistry()
 	client, c := tcpPair(t, reg)
@@ -240,5 +241,79 @@ func TestIdleCloseAnswerRequestBegun(t *testing.T) {
 	}
 	if s := c.idleClose.Load(); s != idleNone || reg.Stats.IdleCloses.Load() != 0 {
 		t.Fatalf("idle close state %d, %d idle closes; want the ask declined, none", s, reg.Stats.IdleCloses.Load())
+	}
+}
+
+// TestIdleCloseAnswerPendingRequest: a request that reached the socket
+// after the drain looked, before the reader answered: the reader declines,
+// reads it, and the engine's own read deadline is back in force.
+func TestIdleCloseAnswerPendingRequest(t *testing.T) {
+	reg := NewRegistry()
+	client, c := tcpPair(t, reg)
+	c.Skew = 50 * time.Millisecond
+	set := time.Now()
+	if err := c.SetReadDeadline(set.Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	c.askIdleClose()
+	req := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(client, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
+		t.Fatalf("reading the request: %v", err)
+	}
+	if s := c.idleClose.Load(); s != idleNone || reg.Stats.IdleCloses.Load() != 0 {
+		t.Fatalf("idle close state %d, %d idle closes; want the ask declined, none", s, reg.Stats.IdleCloses.Load())
+	}
+	// Nothing more comes: the engine's deadline (200ms, skewed 50ms) ends
+	// the next read, neither sooner nor never.
+	next := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		next <- err
+	}()
+	select {
+	case err := <-next:
+		if took := time.Since(set); !errors.Is(err, os.ErrDeadlineExceeded) || took < 250*time.Millisecond {
+			t.Fatalf("the next read ended with %v after %v, want the engine's deadline after 250ms", err, took)
+		}
+	case <-time.After(5 * time.Second):
+		c.Close()
+		<-next
+		t.Fatal("the next read was still waiting after 5s: the engine's deadline was not put back")
+	}
+	expectNothing(t, client, "after the ask was declined")
+}
+
+// TestIdleCloseLingerBounded: after its FIN, the reader waits for the
+// client to close its side, reading and dropping what still comes, at
+// most finWait; then the read ends with io.EOF all the same.
+func TestIdleCloseLingerBounded(t *testing.T) {
+	reg := NewRegistry()
+	client, c := tcpPair(t, reg)
+	start := time.Now()
+	c.askIdleClose()
+	engine := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		engine <- err
+	}()
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the client read %d bytes, %v; want EOF (the FIN)", n, err)
+	}
+	// A request that crossed the FIN, and no close.
+	if _, err := io.WriteString(client, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-engine; err != io.EOF {
+		t.Fatalf("the engine's read ended with %v, want io.EOF", err)
+	}
+	if took := time.Since(start); took < finWait {
+		t.Fatalf("the reader gave up after %v, want finWait (%v)", took, finWait)
+	}
+	if n := reg.Stats.IdleCloses.Load(); n != 1 {
+		t.Fatalf("%d idle closes, want 1", n)
 	}
 }

@@ -79,6 +79,32 @@ func expectFIN(t *testing.T, client net.Conn, want string) {
 	client.Close()
 }
 
+// answerThenFIN plays the engine answering the request it has read and
+// then waiting for the next one, which the drain's idle close ends: the
+// client reads the response whole, then the FIN, and the engine's read
+// ends with io.EOF.
+func answerThenFIN(t *testing.T, reg *Registry, client net.Conn, c *Conn) {
+	t.Helper()
+	c.SetState(StateActive)
+	resp := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	if _, err := io.WriteString(c, resp); err != nil {
+		t.Fatalf("writing the response: %v", err)
+	}
+	c.SetState(StateIdle)
+	engine := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		engine <- err
+	}()
+	expectFIN(t, client, resp)
+	if err := <-engine; err != io.EOF {
+		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
+	}
+	if n := reg.Stats.IdleCloses.Load(); n != 1 {
+		t.Fatalf("%d idle closes, want 1", n)
+	}
+}
+
 // TestIdleCloseWaitsForPendingBytes: an idle HTTP/1 connection whose next
 // request is already in its socket, not yet read by the engine (its
 // goroutine not yet scheduled), is not half-closed at idle_close: the FIN
@@ -100,24 +126,11 @@ func TestIdleCloseWaitsForPendingBytes(t *testing.T) {
 
 	// The engine reads the request and serves it; then the connection is
 	// idle for real and its next read gets the FIN sent.
-	engine := make(chan error, 1)
-	go func() {
-		c.SetState(StateActive)
-		if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
-			engine <- err
-			return
-		}
-		c.SetState(StateIdle)
-		_, err := c.Read(make([]byte, 1))
-		engine <- err
-	}()
-	expectFIN(t, client, "")
-	if err := <-engine; err != io.EOF {
-		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
+	c.SetState(StateActive)
+	if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
+		t.Fatal(err)
 	}
-	if n := reg.Stats.IdleCloses.Load(); n != 1 {
-		t.Fatalf("%d idle closes, want 1", n)
-	}
+	answerThenFIN(t, reg, client, c)
 }
 
 // TestIdleCloseLeftToTheReader: the engine takes a request's bytes from
@@ -144,103 +157,58 @@ func TestIdleCloseLeftToTheReader(t *testing.T) {
 		t.Fatalf("%d idle closes while the engine had the request, want 0", n)
 	}
 
-	c.SetState(StateActive)
-	resp := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-	if _, err := io.WriteString(c, resp); err != nil {
-		t.Fatalf("writing the response: %v", err)
-	}
-	c.SetState(StateIdle)
-	engine := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		engine <- err
-	}()
-	expectFIN(t, client, resp)
-	if err := <-engine; err != io.EOF {
-		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
-	}
-	if n := reg.Stats.IdleCloses.Load(); n != 1 {
-		t.Fatalf("%d idle closes, want 1", n)
-	}
+	answerThenFIN(t, reg, client, c)
 }
 
 // TestIdleCloseRequestBegun: a request that has begun to arrive, its first
 // bytes read while the engine has not yet reported the connection active
 // (TLS reads a record in parts before the engine sees any of it), is not
-// crossed by a FIN when the read of its rest is cut short; the idle close
-// waits for the connection's next idle time.
+// crossed by a FIN: the drain does not ask, and if its ask came as those
+// bytes were being read, the read of the rest, cut short, declines it and
+// goes on. The idle close waits for the connection's next idle time.
 func TestIdleCloseRequestBegun(t *testing.T) {
-	reg := NewRegistry()
-	client, c := tcpPair(t, reg)
-	head, rest := "POST / HTTP/1.1\r\nHo", "st: a\r\nContent-Length: 1\r\n\r\nx"
-	if _, err := io.WriteString(client, head); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, make([]byte, len(head))); err != nil {
-		t.Fatal(err)
-	}
-	startIdleClosing(t, reg)
-	got := make(chan error, 1)
-	go func() {
-		_, err := io.ReadFull(c, make([]byte, len(rest)))
-		got <- err
-	}()
-	expectNothing(t, client, "while its request was arriving")
-	if _, err := io.WriteString(client, rest); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("reading the rest of the request: %v", err)
-	}
-	if n := reg.Stats.IdleCloses.Load(); n != 0 {
-		t.Fatalf("%d idle closes while a request was arriving, want 0", n)
-	}
-
-	c.SetState(StateActive)
-	resp := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-	if _, err := io.WriteString(c, resp); err != nil {
-		t.Fatalf("writing the response: %v", err)
-	}
-	c.SetState(StateIdle)
-	engine := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		engine <- err
-	}()
-	expectFIN(t, client, resp)
-	if err := <-engine; err != io.EOF {
-		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
-	}
-}
-
-// TestIdleCloseAnswerRequestBegun: the reader's own check, for an ask
-// that came as a request's first bytes were being read: the read of the
-// rest, cut short, declines the ask and goes on.
-func TestIdleCloseAnswerRequestBegun(t *testing.T) {
-	reg := NewRegistry()
-	client, c := tcpPair(t, reg)
-	head, rest := "GET / HT", "TP/1.1\r\nHost: a\r\n\r\n"
-	if _, err := io.WriteString(client, head); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, make([]byte, len(head))); err != nil {
-		t.Fatal(err)
-	}
-	c.askIdleClose()
-	got := make(chan error, 1)
-	go func() {
-		_, err := io.ReadFull(c, make([]byte, len(rest)))
-		got <- err
-	}()
-	expectNothing(t, client, "while its request was arriving")
-	if _, err := io.WriteString(client, rest); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("reading the rest of the request: %v", err)
-	}
-	if s := c.idleClose.Load(); s != idleNone || reg.Stats.IdleCloses.Load() != 0 {
-		t.Fatalf("idle close state %d, %d idle closes; want the ask declined, none", s, reg.Stats.IdleCloses.Load())
+	for _, tc := range []struct {
+		name     string
+		drainNow bool // the drain runs from the start (else: an ask, then the drain)
+	}{
+		{"the drain does not ask", true},
+		{"the reader declines", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := NewRegistry()
+			client, c := tcpPair(t, reg)
+			head, rest := "POST / HTTP/1.1\r\nHo", "st: a\r\nContent-Length: 1\r\n\r\nx"
+			if _, err := io.WriteString(client, head); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, make([]byte, len(head))); err != nil {
+				t.Fatal(err)
+			}
+			if tc.drainNow {
+				startIdleClosing(t, reg)
+			} else {
+				c.askIdleClose()
+			}
+			got := make(chan error, 1)
+			go func() {
+				_, err := io.ReadFull(c, make([]byte, len(rest)))
+				got <- err
+			}()
+			expectNothing(t, client, "while its request was arriving")
+			if _, err := io.WriteString(client, rest); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("reading the rest of the request: %v", err)
+			}
+			if s := c.idleClose.Load(); s != idleNone || reg.Stats.IdleCloses.Load() != 0 {
+				t.Fatalf("idle close state %d, %d idle closes while a request was arriving; want no ask outstanding, none", s, reg.Stats.IdleCloses.Load())
+			}
+			if !tc.drainNow {
+				startIdleClosing(t, reg)
+			}
+			answerThenFIN(t, reg, client, c)
+		})
 	}
 }
 

@@ -18,12 +18,11 @@ import (
 // reader's read, cut short, answers (Conn.Read, Conn.Peek): if the
 // connection is still idle, has read nothing since it went idle (a TLS
 // record, or a request, can be read in parts before the engine sees it)
-// and nothing waits in the socket, it half-closes
-// it, reads and drops what the client still sends until the client
-// closes (within finWait), and ends the read with io.EOF, so that the
-// engine closes the connection; otherwise it puts the engine's deadline
-// back and reads on, and the response to the request that came carries
-// Connection: close.
+// and nothing waits in the socket, it half-closes it, reads and drops
+// what the client still sends until the client closes (within finWait),
+// and ends the read with io.EOF, so that the engine closes the
+// connection; otherwise it puts the engine's deadline back and reads on,
+// and the response to the request that came carries Connection: close.
 //
 // What remains is the race no server can remove: a client that sends a
 // request on the connection while the FIN is on its way to it (DRAIN.md).

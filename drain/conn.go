@@ -150,15 +150,20 @@ const (
 // the client has read it. nginx calls this lingering_close.
 func (c *Conn) LingerOnClose() { c.linger.Store(true) }
 
-func (c *Conn) lingerClose() {
+func (c *Conn) lingerClose() { c.finThenDrain(lingerQuiet, lingerMax) }
+
+// finThenDrain half-closes the connection, then reads and discards what
+// the client still sends until it has been silent for quiet, closed its
+// side, or max has passed.
+func (c *Conn) finThenDrain(quiet, max time.Duration) {
 	cw, ok := c.Conn.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		return
 	}
 	var buf [4 << 10]byte
-	end := time.Now().Add(lingerMax)
+	end := time.Now().Add(max)
 	for {
-		d := time.Now().Add(lingerQuiet)
+		d := time.Now().Add(quiet)
 		if d.After(end) {
 			d = end
 		}

@@ -78,22 +78,11 @@ func (c *Conn) answerIdleClose() (closed bool) {
 	if c.reg != nil {
 		c.reg.Stats.IdleCloses.Add(1)
 	}
-	cw, ok := c.Conn.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil {
-		return true
-	}
 	// The client drops the connection from its pool at the FIN and closes
 	// its side; a request it sent before seeing the FIN is dropped here
 	// rather than left unread, which would make the close a reset.
-	if c.Conn.SetReadDeadline(time.Now().Add(finWait)) != nil {
-		return true
-	}
-	var buf [512]byte
-	for {
-		if _, err := c.Conn.Read(buf[:]); err != nil {
-			return true
-		}
-	}
+	c.finThenDrain(finWait, finWait)
+	return true
 }
 
 // declineIdleClose withdraws the ask (reader): a request has begun, or is

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,23 @@ func startIdleClosing(t *testing.T, reg *Registry) {
 	ctl.Trigger("test")
 }
 
+// readAsync reads n bytes of c (io.ReadFull) on a goroutine of its own, as
+// the engine does, and sends the read's error. The test waits for it at
+// its end, closing c first so that a read still blocked ends.
+func readAsync(t *testing.T, c *Conn, n int) <-chan error {
+	done := make(chan error, 1)
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		_, err := io.ReadFull(c, make([]byte, n))
+		done <- err
+	})
+	t.Cleanup(func() {
+		c.Close()
+		reader.Wait()
+	})
+	return done
+}
+
 // expectNothing checks that client receives nothing, not even a FIN, for
 // many idle_close periods.
 func expectNothing(t *testing.T, client net.Conn, while string) {
@@ -91,11 +109,7 @@ func answerThenFIN(t *testing.T, reg *Registry, client net.Conn, c *Conn) {
 		t.Fatalf("writing the response: %v", err)
 	}
 	c.SetState(StateIdle)
-	engine := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		engine <- err
-	}()
+	engine := readAsync(t, c, 1)
 	expectFIN(t, client, resp)
 	if err := <-engine; err != io.EOF {
 		t.Fatalf("the engine's read of the next request ended with %v, want io.EOF", err)
@@ -189,11 +203,7 @@ func TestIdleCloseRequestBegun(t *testing.T) {
 			} else {
 				c.askIdleClose()
 			}
-			got := make(chan error, 1)
-			go func() {
-				_, err := io.ReadFull(c, make([]byte, len(rest)))
-				got <- err
-			}()
+			got := readAsync(t, c, len(rest))
 			expectNothing(t, client, "while its request was arriving")
 			if _, err := io.WriteString(client, rest); err != nil {
 				t.Fatal(err)
@@ -236,19 +246,13 @@ func TestIdleCloseAnswerPendingRequest(t *testing.T) {
 	}
 	// Nothing more comes: the engine's deadline (200ms, skewed 50ms) ends
 	// the next read, neither sooner nor never.
-	next := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		next <- err
-	}()
+	next := readAsync(t, c, 1)
 	select {
 	case err := <-next:
 		if took := time.Since(set); !errors.Is(err, os.ErrDeadlineExceeded) || took < 250*time.Millisecond {
 			t.Fatalf("the next read ended with %v after %v, want the engine's deadline after 250ms", err, took)
 		}
 	case <-time.After(5 * time.Second):
-		c.Close()
-		<-next
 		t.Fatal("the next read was still waiting after 5s: the engine's deadline was not put back")
 	}
 	expectNothing(t, client, "after the ask was declined")
@@ -262,11 +266,7 @@ func TestIdleCloseLingerBounded(t *testing.T) {
 	client, c := tcpPair(t, reg)
 	start := time.Now()
 	c.askIdleClose()
-	engine := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		engine <- err
-	}()
+	engine := readAsync(t, c, 1)
 	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := client.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("the client read %d bytes, %v; want EOF (the FIN)", n, err)

@@ -995,6 +995,11 @@ func checkField(name, value string) string {
 	if !httpguts.ValidHeaderFieldValue(value) {
 		return "invalid field value in " + name
 	}
+	// RFC 9113 §8.2.1: a value must not start or end with whitespace
+	// (HTTP/1.1's parsers would trim it, so two hops would disagree).
+	if n := len(value); n > 0 && (isSpace(value[0]) || isSpace(value[n-1])) {
+		return "whitespace around the value of " + name
+	}
 	if connectionSpecific(name) {
 		return "connection-specific field " + name
 	}
@@ -1003,6 +1008,10 @@ func checkField(name, value string) string {
 	}
 	return ""
 }
+
+// isSpace reports whether b is whitespace a field value may hold inside
+// it but not at its ends (SP, HTAB: RFC 9110 §5.5).
+func isSpace(b byte) bool { return b == ' ' || b == '\t' }
 
 func parseLength(s string) (int64, bool) {
 	if s == "" || len(s) > 18 {
@@ -1066,6 +1075,11 @@ func (c *Conn) recycleLocked(st *Stream) {
 func (c *Conn) endRequest(st *Stream) error {
 	if st.malformed == "" && !st.tooLarge {
 		st.malformed = st.setPseudo()
+	}
+	if st.malformed == "" && !st.tooLarge && c.curEnd && st.contentLength > 0 {
+		// RFC 9113 §8.1.1: the content (none: the HEADERS frame ended
+		// the stream) must be as long as the content-length says.
+		st.malformed = "content-length with no content"
 	}
 	c.mu.Lock()
 	defer c.unlock()
@@ -1147,6 +1161,9 @@ func (st *Stream) setPseudo() string {
 	if len(st.scheme) == 0 {
 		return "no :scheme"
 	}
+	if !validScheme(st.scheme) {
+		return "invalid :scheme"
+	}
 	if len(st.path) == 0 {
 		return "no :path"
 	}
@@ -1163,7 +1180,52 @@ func (st *Stream) setPseudo() string {
 			return "invalid :authority"
 		}
 	}
+	// RFC 9113 §8.3.1: a host field that names another target than
+	// :authority makes the request malformed (a server SHOULD refuse it):
+	// ebb routes on :authority, and an upstream that reads host would
+	// see another request. Without :authority the first host is the
+	// authority, and a second one must agree with it.
+	for i := range st.fields.Len() {
+		if name, value := st.fields.At(i); string(name) == "host" && !equalFold(value, st.authority) {
+			return "host other than :authority"
+		}
+	}
 	return ""
+}
+
+// equalFold reports whether a and b are equal, ASCII letters compared
+// without their case.
+func equalFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// validScheme reports whether s is a URI scheme (RFC 3986 §3.1):
+// ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
+func validScheme(s []byte) bool {
+	for i, b := range s {
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z':
+		case i > 0 && ('0' <= b && b <= '9' || b == '+' || b == '-' || b == '.'):
+		default:
+			return false
+		}
+	}
+	return len(s) > 0
 }
 
 // endTrailers completes a request's trailers: the body has ended.

@@ -188,20 +188,34 @@ func (c *call) prepareH1(hop headers.Hop, announced bool) {
 	switch {
 	case body != nil && body.Buffered() != nil:
 		req.SetBodyRaw(body.Buffered()) // the transport can send it again
+		// Read whole, the body's trailers have come with its end;
+		// fasthttp sends a body with trailers chunked.
+		addTrailersH1(h, st.Trailers())
+	case body != nil && announced:
+		// Chunked, so that the trailers can follow the last chunk.
+		req.SetBodyStream(body, -1)
 	case body != nil:
 		req.SetBodyStream(body, int(st.ContentLength()))
 	}
 	*scratch = headers.FastRequest(h, hop, cookie[:0])
 	scratchPool.Put(scratch)
-	if body != nil && announced {
-		// Announced trailers follow the body: they have arrived when it
-		// ends, and fasthttp writes them after the last chunk.
-		body.OnEOF = func() {
-			t := st.Trailers()
-			for i := range t.Len() {
-				name, value := t.At(i)
-				req.Header.AddBytesKV(name, value)
-			}
+	if body != nil && body.Buffered() == nil && (announced || st.ContentLength() < 0) {
+		// A chunked body's trailers, announced or not, have arrived when
+		// it ends, and fasthttp writes them after the last chunk.
+		body.OnEOF = func() { addTrailersH1(&req.Header, st.Trailers()) }
+	}
+}
+
+// addTrailersH1 adds the client's trailers to h, the trailer section of
+// a chunked request, announcing the names it did not announce (RFC 9110
+// §6.6.2: the Trailer field is optional). fasthttp refuses the names
+// HTTP/1.1 forbids in trailers (framing, routing, authentication, …):
+// those are dropped.
+func addTrailersH1(h *fasthttp.RequestHeader, t *fieldList) {
+	for i := range t.Len() {
+		name, value := t.At(i)
+		if h.AddTrailerBytes(name) == nil {
+			h.AddBytesKV(name, value)
 		}
 	}
 }
@@ -226,14 +240,17 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 			cookies = append(cookies, string(value))
 			continue
 		case "trailer":
+			// The transport announces the names out.Trailer holds:
+			// copied into the header too, the field would go twice.
 			if c.trailer == nil {
 				c.trailer = make(http.Header)
 			}
-			for _, k := range bytes.Split(value, []byte(",")) {
-				if k = bytes.TrimSpace(k); len(k) > 0 {
+			for k := range bytes.SplitSeq(value, []byte(",")) {
+				if k = bytes.TrimSpace(k); trailerAllowed(k) {
 					c.trailer[http.CanonicalHeaderKey(string(k))] = nil
 				}
 			}
+			continue
 		}
 		k := http.CanonicalHeaderKey(string(name))
 		h[k] = append(h[k], string(value))
@@ -266,22 +283,62 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 			out.ContentLength = -1
 		}
 	}
-	if c.body != nil && announced && c.trailer != nil {
-		// The transport reads the trailers from this map when the body
-		// has ended; the body's end fills it in.
-		out.Trailer = c.trailer
-		c.body.OnEOF = func() {
-			t := st.Trailers()
-			for i := range t.Len() {
-				name, value := t.At(i)
-				k := http.CanonicalHeaderKey(string(name))
-				c.trailer[k] = append(c.trailer[k], string(value))
-			}
+	switch {
+	case c.body != nil && c.body.Buffered() != nil:
+		// Read whole, the body's trailers have come with its end.
+		c.trailer = addTrailers(c.trailer, st.Trailers())
+		if len(c.trailer) > 0 {
+			out.Trailer = c.trailer
 		}
+	case c.body != nil && (announced || !bytes.HasPrefix(st.Fields().Get("content-type"), []byte("application/grpc"))):
+		// The trailers, announced or not, may end the body: the
+		// transport sends what this map holds once it has read the body
+		// to its end, which fills it in. The transport may read
+		// after the handler has returned and c is pooled: the closure
+		// holds the map and the stream (pinned), not c. gRPC requests
+		// have no trailers (its PROTOCOL-HTTP2.md): without the map,
+		// their last DATA frame upstream ends the stream, as the
+		// client's did, not an empty one after it.
+		if c.trailer == nil {
+			c.trailer = make(http.Header)
+		}
+		trailer := c.trailer
+		out.Trailer = trailer
+		c.body.OnEOF = func() { addTrailers(trailer, st.Trailers()) }
 	}
 	headers.StdRequest(out.Header, hop)
 	c.out = out
 	return 0, ""
+}
+
+// addTrailers adds the client's trailers t to dst (made if nil and
+// needed), which it returns, but for the names trailerAllowed refuses.
+func addTrailers(dst http.Header, t *fieldList) http.Header {
+	for i := range t.Len() {
+		name, value := t.At(i)
+		if !trailerAllowed(name) {
+			continue
+		}
+		if dst == nil {
+			dst = make(http.Header)
+		}
+		k := http.CanonicalHeaderKey(string(name))
+		dst[k] = append(dst[k], string(value))
+	}
+	return dst
+}
+
+// trailerAllowed reports whether a field name may be relayed as a
+// request trailer: not empty, and none of those that frame or route a
+// message (RFC 9110 §6.5.1), which an upstream would take for the
+// message's own (net/http's Transport fails the request for some).
+func trailerAllowed(name []byte) bool {
+	var tmp [32]byte
+	switch string(lower(tmp[:0], name)) {
+	case "", "content-length", "host", "trailer", "transfer-encoding":
+		return false
+	}
+	return true
 }
 
 func joinCookies(c []string) string {

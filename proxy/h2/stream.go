@@ -117,7 +117,8 @@ func (st *Stream) Method() []byte { return st.method }
 func (st *Stream) Scheme() []byte { return st.scheme }
 
 // Authority returns the request's :authority, or its Host field if it
-// had no :authority.
+// had no :authority (a request whose host fields disagree with it is
+// malformed, never served).
 func (st *Stream) Authority() []byte { return st.authority }
 
 // Path returns the request's :path (with its query).

@@ -42,8 +42,8 @@ type Body struct {
 	// the upstream's business, untimed (a bidirectional stream may idle).
 	answered atomic.Bool
 	eof      bool
-	// OnEOF, if set, runs when the body has been read whole: the request's
-	// trailers have arrived then.
+	// OnEOF, if set, runs once, when the body has been read whole: the
+	// request's trailers have arrived then.
 	OnEOF func()
 	// whole and fault are what the handler may look at while net/http's
 	// Transport is still reading: the body was read to its end; the
@@ -231,9 +231,12 @@ func (b *Body) read(p []byte) (int, error) {
 		// Cut short: never forwarded as if whole.
 		return n, b.fail(io.ErrUnexpectedEOF)
 	case err == io.EOF:
+		first := !b.eof
 		b.eof = true
 		b.whole.Store(true)
-		if b.OnEOF != nil {
+		if b.OnEOF != nil && first {
+			// Once: a writer may read again after the end (fasthttp's
+			// chunked writer does), and the trailers are added once.
 			b.OnEOF()
 		}
 	case err != nil:

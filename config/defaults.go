@@ -60,6 +60,7 @@ func (l *Listener) setDefaults() {
 	l.Timeouts = ListenerTimeouts{Header: DefaultHeaderTimeout, Idle: DefaultIdleTimeout, Write: DefaultWriteTimeout}
 	l.Headers.TrustedProxies = []string{}
 	l.Headers.RequestID = RequestIDTrusted
+	l.Paths.EscapedSlashes = EscapedSlashesKeep
 }
 
 func (c *Cluster) setDefaults() {

@@ -56,6 +56,9 @@ func TestLoadDefaults(t *testing.T) {
 		{"timeouts.header", l.Timeouts.Header, 10 * time.Second},
 		{"timeouts.idle", l.Timeouts.Idle, 120 * time.Second},
 		{"timeouts.write", l.Timeouts.Write, 30 * time.Second},
+		{"paths.normalize", l.Paths.Normalize, false},
+		{"paths.merge_slashes", l.Paths.MergeSlashes, false},
+		{"paths.escaped_slashes", l.Paths.EscapedSlashes, EscapedSlashesKeep},
 		{"protocol", c.Protocol, ProtocolHTTP1},
 		{"balancer", c.Balancer, BalancerP2C},
 		{"connect", c.Timeouts.Connect, 2 * time.Second},
@@ -450,6 +453,38 @@ func TestValidateLimits(t *testing.T) {
 				yaml = strings.Replace(minimal, `discovery: { static: ["127.0.0.1:9000"] }`, "discovery: { static: [\"127.0.0.1:9000\"] }\n    "+tc.set, 1)
 			}
 			loadWants(t, yaml, tc.want)
+		})
+	}
+}
+
+// TestValidatePaths checks the listener's paths block, from the file and
+// from the environment.
+func TestValidatePaths(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		env  []string
+		want string // a problem; none if empty
+	}{
+		{set: "paths: { normalize: true, merge_slashes: true, escaped_slashes: decode }"},
+		{set: "paths: { escaped_slashes: reject }"},
+		{set: "paths: { escaped_slashes: keep }"},
+		{set: "paths: { escaped_slashes: unescape }", want: `listeners[0].paths.escaped_slashes: expected one of keep, reject, decode, got "unescape"`},
+		{set: "paths: { escaped_slashes: \"\" }", want: `listeners[0].paths.escaped_slashes: expected one of keep, reject, decode, got ""`},
+		{set: "paths: { normalize: yes please }", want: "listeners[0].paths.normalize: expected"},
+		{set: "paths: { normalise: true }", want: `listeners[0].paths.normalise: unknown key (did you mean "normalize"?)`},
+		{env: []string{"EBB_LISTENERS__0__PATHS__ESCAPED_SLASHES=drop"}, want: `environment EBB_LISTENERS__0__PATHS__ESCAPED_SLASHES: listeners[0].paths.escaped_slashes: expected one of keep, reject, decode, got "drop"`},
+	} {
+		t.Run(tc.set+strings.Join(tc.env, ""), func(t *testing.T) {
+			yaml := strings.Replace(minimal, "    routes:", "    "+tc.set+"\n    routes:", 1)
+			cfg, err := Load(writeConfig(t, yaml), Options{Environ: tc.env})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			case tc.want == "" && cfg.Listeners[0].Paths.EscapedSlashes == "":
+				t.Fatal("paths.escaped_slashes lost its default")
+			}
 		})
 	}
 }

@@ -101,6 +101,7 @@ type Listener struct {
 	Timeouts ListenerTimeouts  `key:"timeouts"`
 	Routes   []Route           `key:"routes"`
 	Headers  ForwardingHeaders `key:"headers"`
+	Paths    Paths             `key:"paths"`
 }
 
 // TLS names the certificate and key files of a listener. The files are
@@ -209,6 +210,44 @@ const (
 	RequestIDOff     = "off"
 )
 
+// Paths says whether ebb rewrites a request's path before routing it,
+// and then sends the rewritten path upstream (with the query as sent), so
+// that the routes and the origin see one path: a route on /admin is then
+// not skipped by /public/../admin, which the origin reads as /admin. The
+// steps run in this order, Envoy's: escaped_slashes, normalize,
+// merge_slashes. A path ebb refuses gets 400 before routing. The access
+// log keeps the path as the client sent it.
+//
+// All off by default: an origin may give "..", "//" or %2F a meaning of
+// its own (a key in an object store, an encoded name), and rewriting what
+// a client sent changes what it asked for. Turn them on when the routes
+// decide who may reach what (a path prefix sent to another cluster, or to
+// none). Applied live on reload.
+type Paths struct {
+	// Normalize decodes the percent-encoded unreserved characters
+	// (letters, digits, "-._~": %2e%2e is ".."), upper-cases the hex
+	// digits of the other percent-encodings, reads a backslash as a
+	// slash (as Envoy and browsers do), and removes the dot segments
+	// (RFC 3986 §5.2.4; ".." never climbs above the root). An invalid
+	// percent-encoding (%zz) is refused.
+	Normalize bool `key:"normalize"`
+	// MergeSlashes makes one slash of each run of them ("/a//b" is
+	// "/a/b").
+	MergeSlashes bool `key:"merge_slashes"`
+	// EscapedSlashes is what becomes of an encoded slash or backslash
+	// (%2F, %5C, either case): "keep" leaves them (they are no
+	// separators to the routes), "reject" refuses the request, "decode"
+	// makes them "/" and "\" (then, with normalize, "/").
+	EscapedSlashes string `key:"escaped_slashes"`
+}
+
+// The values of paths.escaped_slashes.
+const (
+	EscapedSlashesKeep   = "keep"
+	EscapedSlashesReject = "reject"
+	EscapedSlashesDecode = "decode"
+)
+
 // Route sends matching requests to a cluster. Routes are tried in order and
 // the first match wins.
 type Route struct {
@@ -222,7 +261,8 @@ type Match struct {
 	// Host is compared case-insensitively with the request's Host, without
 	// port. A leading "*." matches any subdomain.
 	Host string `key:"host"`
-	// PathPrefix is compared with the start of the request path, byte for byte.
+	// PathPrefix is compared with the start of the request path, byte for
+	// byte: the path as sent, or as the listener's paths block rewrote it.
 	PathPrefix string `key:"path_prefix"`
 }
 

@@ -86,6 +86,7 @@ func (c *Config) Validate() []Problem {
 			v.add(key+".headers.via", "expected a name (a token such as ebb, or host:port), got %q", via)
 		}
 		v.oneOf(key+".headers.request_id", l.Headers.RequestID, RequestIDTrusted, RequestIDAny, RequestIDOff)
+		v.oneOf(key+".paths.escaped_slashes", l.Paths.EscapedSlashes, EscapedSlashesKeep, EscapedSlashesReject, EscapedSlashesDecode)
 		if n := l.Limits.MaxConnections; n < 0 {
 			v.add(key+".limits.max_connections", "expected 0 (no cap) or more, got %d", n)
 		}

@@ -26,6 +26,7 @@ const module = "github.com/ebb-proxy/ebb/"
 var layers = map[string]int{
 	"proxy/access":   0,
 	"proxy/pace":     0,
+	"proxy/paths":    0,
 	"proxy/headers":  1,
 	"proxy/tracing":  1,
 	"proxy/upstream": 1,

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/net/http2"
+
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
@@ -81,6 +83,19 @@ func TestHostileHTTP1(t *testing.T) {
 		{"non-ASCII header name", "GET / HTTP/1.1\r\nHost: app\r\nX\xc3\xa9: 1\r\n\r\n", "malformed request"},
 		{"tab in a header name", "GET / HTTP/1.1\r\nHost: app\r\nX\tY: 1\r\n\r\n", "malformed request"},
 		{"space before the colon", "POST / HTTP/1.1\r\nHost: app\r\nContent-Length : 3\r\n\r\nabc", "malformed request"},
+		// A Host that is no host[:port] (RFC 9112 §3.2, RFC 3986 §3.2.2)
+		// is refused before routing: a lenient origin could read it as
+		// another host than the one ebb routed on.
+		{"userinfo in Host", "GET / HTTP/1.1\r\nHost: a.test@evil.test\r\n\r\n", "invalid host"},
+		{"port out of range", "GET / HTTP/1.1\r\nHost: a.test:65536\r\n\r\n", "invalid host"},
+		{"empty port", "GET / HTTP/1.1\r\nHost: a.test:\r\n\r\n", "invalid host"},
+		{"IPv6 zone", "GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n", "invalid host"},
+		{"quote in Host", "GET / HTTP/1.1\r\nHost: a\"b\r\n\r\n", "invalid host"},
+		// fasthttp's parser turns these away itself.
+		{"space in Host", "GET / HTTP/1.1\r\nHost: a.test evil.test\r\n\r\n", "malformed request"},
+		{"path in Host", "GET / HTTP/1.1\r\nHost: evil.test/a\r\n\r\n", "malformed request"},
+		{"port that is no number", "GET / HTTP/1.1\r\nHost: a.test:http\r\n\r\n", "malformed request"},
+		{"absolute form with a space in its host", "GET http://a%20b/ HTTP/1.1\r\nHost: good.test\r\n\r\n", "malformed request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := rawExchange(t, e.addr("public"), tc.request)
@@ -289,5 +304,75 @@ func TestHeadWatchOnKeepAlive(t *testing.T) {
 		"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
 	for range 3 {
 		read(pr, 200)
+	}
+}
+
+// TestPipelinedAfter400: after a request ebb refuses as malformed, the
+// requests pipelined behind it on the connection are not served: the
+// refused one may not have been framed as its client meant, and what
+// follows could be the rest of it. The 400 closes the connection.
+func TestPipelinedAfter400(t *testing.T) {
+	origin := newRawOrigin(t)
+	e := startEbb(t, singleClusterYAML(origin.addr))
+	for _, first := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\nX Bad: 1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc",
+		"GET / HTTP/1.1\r\nHost: a.test@evil.test\r\n\r\n",
+		"GET http://user@a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\n\r\n",
+	} {
+		c := rawConn(t, e.addr("public"))
+		io.WriteString(c, first+"GET /second HTTP/1.1\r\nHost: a\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: reading the answer: %v", first, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || !resp.Close {
+			t.Errorf("%q: got %d (Connection: close %v), want 400 closing the connection", first, resp.StatusCode, resp.Close)
+		}
+		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+			t.Errorf("%q: after the 400 the connection carried %q (%v), want nothing", first, rest, err)
+		}
+	}
+	if got := origin.received(); len(got) != 0 {
+		t.Fatalf("the origin received %q, want nothing", got)
+	}
+}
+
+// TestHostileAuthority: on HTTP/2 too, an :authority that is no
+// host[:port] is refused before routing, and the origin receives
+// nothing: the HTTP/2 engine resets the stream (PROTOCOL_ERROR) of a
+// request RFC 9113 §8.3.1 calls malformed (userinfo, characters no
+// authority holds), and the skeleton answers 400 to the rest (a port
+// that is no number); either way the connection goes on.
+func TestHostileAuthority(t *testing.T) {
+	origin := newRawOrigin(t)
+	e := startEbb(t, singleClusterYAML(origin.addr))
+	cl := dialH2(t, e.addr("public"))
+	get := func(authority string) [][2]string {
+		return [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", authority}, {":path", "/"}}
+	}
+	for _, tc := range []struct {
+		authority string
+		reset     bool
+	}{
+		{"a.test@evil.test", true}, {"user:pw@evil.test", true}, {"a b", true}, {"evil.test/a", true},
+		{"a.test:http", false}, {"a.test:65536", false}, {"a.test:", false}, {"[fe80::1%25eth0]", false}, {"a\"b", false},
+	} {
+		r := cl.do(get(tc.authority), nil, nil)
+		switch {
+		case tc.reset && (!r.reset || r.code != http2.ErrCodeProtocol):
+			t.Errorf(":authority %q: got %+v, want RST_STREAM(PROTOCOL_ERROR)", tc.authority, r)
+		case !tc.reset && (r.status != "400" || !strings.Contains(r.body, "invalid host")):
+			t.Errorf(":authority %q: got %+v, want 400 naming the invalid host", tc.authority, r)
+		}
+	}
+	if r := cl.do(get("[::1]:8080"), nil, nil); r.status != "200" || r.body != "ok" {
+		t.Fatalf("a well-formed request after the hostile ones: %+v", r)
+	}
+	if got := origin.received(); len(got) != 1 || !strings.Contains(got[0], "\r\nHost: [::1]:8080\r\n") {
+		t.Fatalf("the origin received %q, want only the well-formed request", got)
 	}
 }

@@ -34,8 +34,8 @@ var ErrListenersChanged = errors.New("listeners added, removed, renamed or reord
 
 // Update applies the dynamic part of cfg (a configuration loaded and
 // validated as a whole): routes and clusters, each listener's
-// limits.max_body_bytes and headers, and telemetry.access_log's enabled
-// and format, swapped
+// limits.max_body_bytes, limits.max_in_flight, headers and paths, and
+// telemetry.access_log's enabled and format, swapped
 // in one atomic step. Requests in flight finish on the snapshot they
 // started with; a cluster whose configuration is unchanged is taken over
 // with its endpoints, pools, health state and running discovery; a
@@ -104,12 +104,13 @@ func (p *Proxy) Update(cfg *config.Config) (Change, error) {
 
 // listenerRestart names the settings of a listener that differ between
 // old and new, but for those Update applies: its routes,
-// limits.max_body_bytes, limits.max_in_flight and headers.
+// limits.max_body_bytes, limits.max_in_flight, headers and paths.
 func listenerRestart(old, new config.Listener) []string {
 	old.Routes, new.Routes = nil, nil
 	old.Limits.MaxBodyBytes, new.Limits.MaxBodyBytes = 0, 0
 	old.Limits.MaxInFlight, new.Limits.MaxInFlight = 0, 0
 	old.Headers, new.Headers = config.ForwardingHeaders{}, config.ForwardingHeaders{}
+	old.Paths, new.Paths = config.Paths{}, config.Paths{}
 	if reflect.DeepEqual(old, new) {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/paths"
 )
 
 // loadYAML loads yaml as ebb loads its configuration file.
@@ -152,12 +153,13 @@ func TestUpdate(t *testing.T) {
 	if err != nil || !slices.Equal(got.Removed, []string{"c"}) {
 		t.Fatalf("Update: %+v, %v", got, err)
 	}
-	// limits.max_body_bytes and max_in_flight, headers and the access log
-	// apply live.
+	// limits.max_body_bytes and max_in_flight, headers, paths and the
+	// access log apply live.
 	live := loadYAML(t, reloadYAML("b", b))
 	live.Listeners[0].Limits.MaxBodyBytes = 10
 	live.Listeners[0].Limits.MaxInFlight = 7
 	live.Listeners[0].Headers.TrustForwarded = true
+	live.Listeners[0].Paths = config.Paths{Normalize: true, EscapedSlashes: config.EscapedSlashesReject}
 	live.Telemetry.AccessLog.Enabled = false
 	if got, err := px.Update(live); err != nil || len(got.Restart) != 0 {
 		t.Fatalf("Update with the body limit, max_in_flight, header trust and access log changed: %+v, %v; want all applied", got, err)
@@ -169,8 +171,9 @@ func TestUpdate(t *testing.T) {
 	if code, _, _ := do(t, newClient(t), post); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a 100-byte body after limits.max_body_bytes became 10: %d, want 413", code)
 	}
-	if tb := px.snap.Load().Tables[0]; px.snap.Load().Access != nil || !tb.TrustForwarded || tb.MaxInFlight != 7 {
-		t.Fatal("the access log's turning off, the header trust or max_in_flight was not applied")
+	if tb := px.snap.Load().Tables[0]; px.snap.Load().Access != nil || !tb.TrustForwarded || tb.MaxInFlight != 7 ||
+		tb.Paths != (paths.Options{Normalize: true, EscapedSlashes: paths.RejectEscaped}) {
+		t.Fatal("the access log's turning off, the header trust, max_in_flight or paths was not applied")
 	}
 	withTimeout := loadYAML(t, reloadYAML("b", b))
 	withTimeout.Listeners[0].Timeouts.Idle *= 2

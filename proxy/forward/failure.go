@@ -17,6 +17,13 @@ const (
 	MsgBadBody      = "ebb: could not read the request body\n"
 	MsgBodyTimeout  = "ebb: the request body stalled or was too slow\n"
 	MsgConnect      = "ebb: CONNECT is not supported\n"
+	// MsgBadHost: a Host or :authority that is no host[:port] (see
+	// route.ValidHost).
+	MsgBadHost = "ebb: invalid host in the request (Host or :authority)\n"
+	// MsgEscapedSlash and MsgBadPath: a path the listener's paths block
+	// refuses (escaped_slashes: reject; normalize).
+	MsgEscapedSlash = "ebb: encoded slash or backslash (%2F, %5C) in the request path\n"
+	MsgBadPath      = "ebb: invalid percent-encoding in the request path\n"
 	// MsgOverloaded: the listener's limits.max_in_flight.
 	MsgOverloaded = "ebb: too many requests in flight, retry later\n"
 	// MsgClusterBusy: the cluster's max_in_flight.

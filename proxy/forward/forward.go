@@ -57,6 +57,12 @@ type Call interface {
 	// Refuse returns the status and message to answer with when the
 	// request cannot be routed at all (CONNECT, a missing Host), or 0.
 	Refuse() (status int, msg string)
+	// SetPath has the request go upstream with path, the listener's
+	// rewrite of the path it was sent with (route.Table.Paths), the
+	// query staying as sent; the access log keeps the client's. It is
+	// called before Prepare, only when the rewrite changed the path;
+	// path is valid during the call only.
+	SetPath(path []byte)
 	// Prepare readies the request for rt's cluster: limits, the body,
 	// the header rules, the choice between an upgrade and an exchange.
 	// It returns the status and message to answer with instead, or 0.
@@ -89,7 +95,10 @@ type Call interface {
 }
 
 // Serve runs one request through the skeleton: the listener's
-// max_in_flight (503 past it); Refuse; route (404 when none matches);
+// max_in_flight (503 past it); Refuse; the host checked (400 unless
+// route.ValidHost); the path rewritten as the listener's paths block
+// says (400 for a path it refuses; SetPath when it changed), so that the
+// routes and the upstream see one path; route (404 when none matches);
 // Prepare; Forward; Finish; metrics and the access log.
 // host and path are the request's authority and path as sent. It returns
 // the route (nil if none) and the status sent.
@@ -117,7 +126,13 @@ func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, ho
 	if status, msg := c.Refuse(); status != 0 {
 		return nil, l.reject(c, t.NoRoute, proto, nil, status, msg, start, e)
 	}
-	rt := route.Match(t, host, path)
+	if !route.ValidHost(host) {
+		return nil, l.reject(c, t.NoRoute, proto, nil, http.StatusBadRequest, MsgBadHost, start, e)
+	}
+	rt, err := match(c, t, host, path)
+	if err != nil {
+		return nil, l.reject(c, t.NoRoute, proto, nil, http.StatusBadRequest, pathRefusal(err), start, e)
+	}
 	if rt == nil {
 		return nil, l.reject(c, t.NoRoute, proto, nil, http.StatusNotFound, MsgNoRoute, start, e)
 	}

@@ -28,6 +28,8 @@ import (
 // zero.
 func BenchmarkHandlerGet(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchmarkGet(b, false, -1) })
+	// With the listener's paths block all on, and a path it rewrites.
+	b.Run("paths-normalized", benchmarkGetNormalized)
 	// With the defaults' request id (a new one per request) and access
 	// log (JSON, here to /dev/null): what they add per request.
 	b.Run("access-log", func(b *testing.B) { benchmarkGet(b, true, -1) })

@@ -47,6 +47,10 @@ type call struct {
 	// tunnel that takes the access log entry once the 101 is relayed.
 	trip cluster.Trip
 	tun  *tunnel
+	// target is the request target as the client sent it, for the
+	// access log, once SetPath has changed the path (empty: it has not).
+	// Its array is kept from request to request.
+	target []byte
 }
 
 // Handle serves one HTTP/1 request (the engine's fasthttp server calls it). It runs on a fasthttp worker
@@ -82,7 +86,10 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			// Absolute form (RFC 9112 §3.2.2): the URI's host replaces Host.
 			req.Header.SetHostBytes(uri.Host())
 		}
-		host, path = uri.Host(), uri.PathOriginal()
+		// The Host field as sent is what is checked and routed on, and
+		// what goes upstream: fasthttp's URI would take "user@" off a
+		// Host (and send it on as an Authorization field).
+		host, path = req.Header.Host(), uri.PathOriginal()
 	}
 	forward.Serve(s.l, c, drain.ProtoHTTP1, host, path, ctx.Time())
 	if conn := c.conn; conn != nil && conn.CloseRequested() && !ctx.Response.ConnectionClose() && conn.State() != drain.StateUpgraded {
@@ -98,7 +105,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		// upgraded protocol's bytes.)
 		hd.expect(body)
 	}
-	*c = call{s: s}
+	*c = call{s: s, target: c.target[:0]}
 	s.calls.Put(c)
 }
 
@@ -145,6 +152,16 @@ func hasUserinfo(target []byte) bool {
 		rest = rest[:end]
 	}
 	return bytes.IndexByte(rest, '@') >= 0
+}
+
+// SetPath has the request go upstream with path instead of the client's
+// (with the query as sent), by whichever transport or as an upgrade: each
+// writes the target from the URI's path. The client's target is kept for
+// the access log.
+func (c *call) SetPath(path []byte) {
+	req := &c.ctx.Request
+	c.target = append(c.target[:0], req.Header.RequestURI()...)
+	req.URI().SetPathBytes(path)
 }
 
 // Prepare chooses between an upgrade and an exchange, holds the body to
@@ -230,8 +247,16 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	return resp.StatusCode(), ep, nil
 }
 
-// Reply answers with ebb's own response.
-func (c *call) Reply(status int, msg string) { localReply(c.ctx, status, msg) }
+// Reply answers with ebb's own response. A 400 ends the connection
+// (gracefully: the client may still be sending): a request ebb refused as
+// malformed may not have been framed as its client meant, and what
+// follows it on the connection, pipelined, is not served.
+func (c *call) Reply(status int, msg string) {
+	localReply(c.ctx, status, msg)
+	if status == fasthttp.StatusBadRequest && !c.closeAfter {
+		c.closeAfter, c.linger = true, true
+	}
+}
 
 // Body returns the request's body (nil: none, or not wrapped).
 func (c *call) Body() *upstream.Body { return c.body }
@@ -320,7 +345,11 @@ func (c *call) account(status int, e *access.Entry) {
 	}
 	e.Set(access.Method, h.Method())
 	e.Set(access.Authority, h.Host())
-	e.Set(access.Path, h.RequestURI())
+	if len(c.target) > 0 {
+		e.Set(access.Path, c.target) // as sent, before SetPath
+	} else {
+		e.Set(access.Path, h.RequestURI())
+	}
 	e.Set(access.RequestID, h.Peek(headers.XRequestID))
 	e.SetTraceparent(h.PeekBytes(hdrTraceparent))
 	e.Set(access.UserAgent, h.UserAgent())

@@ -45,7 +45,7 @@ func Forwarder(l *forward.Listener) Handler {
 		conn, _ := st.Context().Value(connKey{}).(*drain.Conn)
 		c := callPool.Get().(*call)
 		defer func() {
-			*c = call{}
+			*c = call{path: c.path[:0]}
 			callPool.Put(c)
 		}()
 		c.l, c.st, c.conn = l, st, conn
@@ -93,6 +93,10 @@ type call struct {
 	// written to the client.
 	trip cluster.Trip
 	sent int64
+	// path is the request target sent upstream once SetPath has changed
+	// the path (empty: the stream's :path); its array is kept from
+	// request to request.
+	path []byte
 }
 
 // Refuse turns away CONNECT.
@@ -101,6 +105,26 @@ func (c *call) Refuse() (int, string) {
 		return http.StatusMethodNotAllowed, forward.MsgConnect
 	}
 	return 0, ""
+}
+
+// SetPath has the request go upstream with path instead of the stream's
+// (with the query as sent). The stream keeps its :path, which the access
+// log and the server span show.
+func (c *call) SetPath(path []byte) {
+	c.path = append(c.path[:0], path...)
+	raw := c.st.Path()
+	if i := bytes.IndexByte(raw, '?'); i >= 0 {
+		c.path = append(c.path, raw[i:]...)
+	}
+}
+
+// target returns the request target that goes upstream: the stream's
+// :path, or what SetPath made of it.
+func (c *call) target() []byte {
+	if len(c.path) > 0 {
+		return c.path
+	}
+	return c.st.Path()
 }
 
 // Prepare holds the body to limits.max_body_bytes (buffering it when
@@ -157,7 +181,7 @@ func (c *call) prepareH1(hop headers.Hop, announced bool) {
 	c.req, c.resp = req, fasthttp.AcquireResponse()
 	h := &req.Header
 	h.SetMethodBytes(st.Method())
-	h.SetRequestURIBytes(st.Path())
+	h.SetRequestURIBytes(c.target())
 	h.SetHostBytes(st.Authority())
 	req.UseHostHeader = true
 	scratch := scratchPool.Get().(*[]byte)
@@ -226,7 +250,7 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 	// net/http's Transport may read the body and watch the context after
 	// the exchange: the stream must not be pooled.
 	st.pin()
-	u, err := url.ParseRequestURI(string(st.Path()))
+	u, err := url.ParseRequestURI(string(c.target()))
 	if err != nil {
 		return http.StatusBadRequest, "ebb: invalid request path\n"
 	}

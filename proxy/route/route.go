@@ -16,6 +16,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
+	"github.com/ebb-proxy/ebb/proxy/paths"
 	"github.com/ebb-proxy/ebb/proxy/tracing"
 )
 
@@ -51,7 +52,8 @@ func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slo
 	for _, l := range cfg.Listeners {
 		t := &Table{NoRoute: m.ForRoute(l.Name, ""), MaxBodyBytes: int64(l.Limits.MaxBodyBytes), MaxInFlight: int64(l.Limits.MaxInFlight), TrustForwarded: l.Headers.TrustForwarded,
 			Via10: via("1.0", l.Headers.Via), Via11: via("1.1", l.Headers.Via), Via2: via("2", l.Headers.Via),
-			TrustedProxies: trustedProxies(l.Headers.TrustedProxies), RequestID: requestIDPolicy(l.Headers.RequestID)}
+			TrustedProxies: trustedProxies(l.Headers.TrustedProxies), RequestID: requestIDPolicy(l.Headers.RequestID),
+			Paths: pathOptions(l.Paths)}
 		byCluster := map[string]*metrics.Route{}
 		for _, r := range l.Routes {
 			rm, ok := byCluster[r.Cluster]
@@ -103,6 +105,21 @@ type Table struct {
 	TrustedProxies     []netip.Prefix
 	// RequestID is headers.request_id.
 	RequestID headers.RequestIDPolicy
+	// Paths is the listener's paths block: how a request's path is
+	// rewritten before routing (all off: not at all).
+	Paths paths.Options
+}
+
+// pathOptions maps a listener's paths block to its options.
+func pathOptions(p config.Paths) paths.Options {
+	o := paths.Options{Normalize: p.Normalize, MergeSlashes: p.MergeSlashes}
+	switch p.EscapedSlashes {
+	case config.EscapedSlashesReject:
+		o.EscapedSlashes = paths.RejectEscaped
+	case config.EscapedSlashesDecode:
+		o.EscapedSlashes = paths.DecodeEscaped
+	}
+	return o
 }
 
 // requestIDPolicy maps headers.request_id to its policy.
@@ -163,9 +180,8 @@ func compile(r config.Route, c *cluster.Cluster, m *metrics.Route) Route {
 }
 
 // Match returns the first route for host (as sent, possibly with a port)
-// and path, or nil. HTTP/1 requests come as bytes, HTTP/2 ones as
-// strings.
-func Match[S string | []byte](t *Table, host, path S) *Route {
+// and path, or nil. Either may come as bytes or as a string.
+func Match[H, P string | []byte](t *Table, host H, path P) *Route {
 	host = stripPort(host)
 	for i := range t.routes {
 		r := &t.routes[i]

@@ -159,6 +159,20 @@ func TestAccessLog(t *testing.T) {
 			"method": "GET", "authority": e.Host, "path": "/down/x", "status": 502.0, "cluster": "down",
 			"attempts": 1.0, "error": "upstream_connect",
 		}}
+		// Each request's line, in the order they were sent: a line is
+		// written when its request's handling ends, which may be after
+		// its client got the last byte and sent the next request.
+		byRequest := map[string]string{}
+		for _, line := range lines {
+			var got map[string]any
+			if err := json.Unmarshal([]byte(line), &got); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+			byRequest[fmt.Sprint(got["method"], " ", got["path"])] = line
+		}
+		for i, w := range want {
+			lines[i] = byRequest[fmt.Sprint(w["method"], " ", w["path"])]
+		}
 		for i, line := range lines {
 			var got map[string]any
 			if err := json.Unmarshal([]byte(line), &got); err != nil {

@@ -199,6 +199,12 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		resp, err := ep.ht.RoundTrip(out)
 		c.metrics.Attempt(time.Since(sent))
 		if err == nil {
+			if bad := upstream.CheckHTTPResponse(resp); bad != nil {
+				resp.Body.Close()
+				resp, err = nil, &upstream.Error{Kind: upstream.KindInvalid, Err: bad}
+			}
+		}
+		if err == nil {
 			endAttempt(span, resp.StatusCode, nil)
 			c.outcome(ep, false, resp.StatusCode)
 			return resp, ep, nil

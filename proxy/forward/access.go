@@ -15,6 +15,7 @@ const (
 	MsgUpstreamBusy    = "ebb: upstream connection limit reached\n"
 	MsgUpstreamTimeout = "ebb: upstream timed out\n"
 	MsgUpstreamRefused = "ebb: upstream refused the request\n"
+	MsgUpstreamInvalid = "ebb: invalid response from upstream\n"
 	MsgClientClosed    = "ebb: client closed the request\n"
 	MsgNoRoute         = "ebb: no route for this request\n"
 )
@@ -36,6 +37,7 @@ var errorKinds = map[string]string{
 	MsgUpstreamBusy:    upstream.KindOverloaded.ErrorKind(), // upstream_busy
 	MsgUpstreamTimeout: upstream.KindTimeout.ErrorKind(),    // upstream_timeout
 	MsgUpstreamRefused: upstream.KindRefused.ErrorKind(),    // upstream_refused
+	MsgUpstreamInvalid: upstream.KindInvalid.ErrorKind(),    // upstream_invalid
 }
 
 // errorKind returns the access log's error field for an answer of ebb's

@@ -19,6 +19,7 @@ func TestUpstreamErrorKinds(t *testing.T) {
 		upstream.KindTimeout:    "upstream_timeout",
 		upstream.KindBroken:     "upstream_broken",
 		upstream.KindRefused:    "upstream_refused",
+		upstream.KindInvalid:    "upstream_invalid",
 		upstream.NumKinds:       "upstream_broken",
 	}
 	for k := upstream.Kind(0); k <= upstream.NumKinds; k++ {

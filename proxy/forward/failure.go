@@ -84,6 +84,8 @@ func upstreamAnswer(kind upstream.Kind) (int, string) {
 		return http.StatusGatewayTimeout, MsgUpstreamTimeout
 	case upstream.KindRefused:
 		return http.StatusServiceUnavailable, MsgUpstreamRefused
+	case upstream.KindInvalid:
+		return http.StatusBadGateway, MsgUpstreamInvalid
 	}
 	return http.StatusBadGateway, MsgUpstreamFailed
 }

@@ -98,10 +98,7 @@ func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 
 // BenchmarkHandlerPost is BenchmarkHandlerGet for a POST with a 1 KiB body,
 // which ebb buffers (so that it can be sent again) or streams
-// (retries.buffer_body 0). Either way a POST on a pooled connection costs
-// a system call more than a GET: the check that the connection is still
-// open (its three allocations are net's SyscallConn and the check's
-// closure).
+// (retries.buffer_body 0).
 func BenchmarkHandlerPost(b *testing.B) {
 	const size = 1024
 	body := bytes.Repeat([]byte("x"), size)

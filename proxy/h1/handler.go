@@ -170,7 +170,7 @@ func (c *call) SetPath(path []byte) {
 func (c *call) Prepare(rt *route.Route) (int, string) {
 	req := &c.ctx.Request
 	cfg := &c.s.l.Config
-	if req.Header.ConnectionUpgrade() && isWebSocket(req.Header.Peek("Upgrade")) {
+	if req.Header.ConnectionUpgrade() && isWebSocket(&req.Header) {
 		if rt.Cluster.NetHTTP() {
 			// An upgrade is an HTTP/1.1 exchange, and the cluster's
 			// endpoints may speak only HTTP/2 (and TLS).

@@ -19,21 +19,25 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
-// isWebSocket reports whether an Upgrade header asks for WebSocket, the one
-// upgrade ebb relays. Other offers (h2c, TLS/1.0) are dropped as the
-// hop-by-hop headers they are, and the request is served as HTTP/1.1,
-// which RFC 9110 §7.8 allows.
-func isWebSocket(upgrade []byte) bool {
-	for tok := range bytes.SplitSeq(upgrade, []byte(",")) {
-		tok = bytes.TrimSpace(tok)
-		if i := bytes.IndexByte(tok, '/'); i >= 0 {
-			tok = tok[:i]
+// isWebSocket reports whether a request's Upgrade field asks for
+// WebSocket alone, the one upgrade ebb relays: one line, one token,
+// "websocket" (RFC 6455 §4.1). Any other offer, alone or in a list with
+// websocket ("h2c, websocket"), is dropped with Upgrade, Connection and
+// HTTP2-Settings as the hop-by-hop fields they are, and the request is
+// served as HTTP/1.1, which RFC 9110 §7.8 allows: in a list, ebb could
+// not tell which protocol an origin switched to, and an h2c tunnel would
+// carry requests past ebb's routing.
+func isWebSocket(h *fasthttp.RequestHeader) bool {
+	lines := 0
+	ok := false
+	for k, v := range h.All() {
+		if !bytes.EqualFold(k, []byte("Upgrade")) {
+			continue
 		}
-		if bytes.EqualFold(tok, []byte("websocket")) {
-			return true
-		}
+		lines++
+		ok = bytes.EqualFold(bytes.Trim(v, " \t"), []byte("websocket"))
 	}
-	return false
+	return lines == 1 && ok
 }
 
 // sendUpgrade forwards a request asking for a WebSocket upgrade, on a
@@ -91,6 +95,10 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (_ int, _ *clu
 		}
 		resp.SetBodyStream(body, max(cl, -1))
 		return resp.StatusCode(), ep, nil
+	}
+	if !upstream.SwitchedToWebSocket(&resp.Header) {
+		up.Close()
+		return 0, ep, &upstream.Error{Kind: upstream.KindInvalid, Err: upstream.ErrNotWebSocket}
 	}
 	up.SetReadDeadline(time.Time{})
 	headers.FastResponse(&resp.Header, true, via)

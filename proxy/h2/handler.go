@@ -461,6 +461,11 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	defer ep.Release()
 	defer resp.Body.Close()
 	headers.StdResponse(resp.Header, viaOf(c.l.Table(), resp))
+	noBody := bodyless(resp.StatusCode) || string(st.Method()) == http.MethodHead
+	if bodyless(resp.StatusCode) {
+		// As the HTTP/1 transport does: nothing frames what is not there.
+		delete(resp.Header, "Content-Length")
+	}
 	for k, vv := range resp.Header {
 		for _, v := range vv {
 			st.AddHeaderString(k, v)
@@ -468,6 +473,13 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	}
 	if _, ok := resp.Header["Content-Length"]; !ok && resp.ContentLength >= 0 && !bodyless(resp.StatusCode) {
 		st.AddHeaderString("content-length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	if noBody {
+		// A 204, a 304 or a HEAD answer ends with its header block (RFC
+		// 9113 §8.1.1), whatever DATA the upstream sends after it:
+		// closing the body resets the upstream's stream.
+		c.relayErr = st.WriteHeader(resp.StatusCode, true)
+		return resp.StatusCode, ep, nil
 	}
 	if resp.ContentLength == 0 && len(resp.Trailer) == 0 {
 		// One HEADERS frame that ends the stream: what a gRPC server's

@@ -48,8 +48,10 @@ type Hop struct {
 	// lines are kept as they are. From an untrusted peer they are replaced
 	// by what ebb knows: X-Forwarded-For is the peer's address alone.
 	Trust bool
-	// Upgrade keeps Connection and Upgrade: a protocol upgrade (WebSocket)
-	// forwarded on purpose.
+	// Upgrade forwards a WebSocket upgrade on purpose: Connection and
+	// Upgrade become exactly "Connection: Upgrade" and "Upgrade:
+	// websocket" (the engine has checked that the client asked for that
+	// alone), and the other fields Connection named still go.
 	Upgrade bool
 	// TETrailers keeps "TE: trailers", which HTTP/2 allows and gRPC
 	// servers expect (RFC 9113 §8.2.2), when the client sent it: set
@@ -84,6 +86,8 @@ var (
 	protoHTTP          = []byte("http")
 	protoHTTPS         = []byte("https")
 	valueTrailers      = []byte("trailers")
+	valueUpgrade       = []byte("Upgrade")
+	valueWebSocket     = []byte("websocket")
 )
 
 // hopByHop lists the fields that describe one connection and so are never
@@ -94,12 +98,17 @@ var (
 // of http.Header), and the net/http adapters drop it themselves. Trailer
 // is absent too: it announces the message's own trailer fields, end to end
 // (RFC 9110 §6.6.2).
+//
+// HTTP2-Settings belongs to the h2c upgrade (RFC 7540 §3.2), which RFC
+// 9113 removed and ebb never forwards: it goes even when Connection does
+// not name it, so that no origin is offered h2c through ebb.
 var hopByHop = [...]string{
 	"Connection",
 	"Keep-Alive",
 	"Proxy-Connection",
 	"Te",
 	"Upgrade",
+	"Http2-Settings",
 }
 
 // Fields that the Connection field may not remove: they frame or route
@@ -151,10 +160,11 @@ func request(h Fields, found hopMask, hop *Hop, scratch []byte) []byte {
 }
 
 // response applies the response rules to h: its hop-by-hop fields go,
-// unless upgrade keeps Connection and Upgrade for a 101; via, if set, is
+// but for a 101 relayed to a WebSocket upgrade (upgrade), which keeps
+// "Connection: Upgrade" and "Upgrade: websocket"; via, if set, is
 // appended to Via.
 func response(h Fields, found hopMask, upgrade bool, via []byte) {
-	if found != 0 {
+	if found != 0 || upgrade {
 		strip(h, found, upgrade)
 	}
 	if len(via) > 0 {
@@ -184,12 +194,13 @@ func appendVia(h Fields, via, scratch []byte) []byte {
 }
 
 // strip removes the hop-by-hop fields found in h, with every field the
-// Connection field names. keepUpgrade keeps Connection and Upgrade, for a
-// protocol upgrade being forwarded on purpose. Nearly every upstream
-// response carries "Connection: keep-alive", so this runs on the hot path:
-// on fasthttp's headers it allocates nothing.
-func strip(h Fields, found hopMask, keepUpgrade bool) {
-	if found&(1<<hopConnection) != 0 && !keepUpgrade {
+// Connection field names. websocket makes Connection and Upgrade exactly
+// "Connection: Upgrade" and "Upgrade: websocket", for a WebSocket upgrade
+// being forwarded on purpose. Nearly every upstream response carries
+// "Connection: keep-alive", so this runs on the hot path: on fasthttp's
+// headers it allocates nothing.
+func strip(h Fields, found hopMask, websocket bool) {
+	if found&(1<<hopConnection) != 0 {
 		// The Connection field's options name more hop-by-hop fields; it
 		// may come on several lines (RFC 9110 §5.3). Deleting while
 		// walking the options is safe: fasthttp's delete moves header
@@ -214,17 +225,21 @@ func strip(h Fields, found hopMask, keepUpgrade bool) {
 		}
 	}
 	for i := range hopByHop {
-		if found&(1<<i) == 0 || keepUpgrade && (i == hopConnection || i == hopUpgrade) {
+		if found&(1<<i) == 0 {
 			continue
 		}
 		h.DelBytes(hopByHopKeys[i])
+	}
+	if websocket {
+		h.SetCanonical(hopByHopKeys[hopConnection], valueUpgrade)
+		h.SetCanonical(hopByHopKeys[hopUpgrade], valueWebSocket)
 	}
 }
 
 // hopBit returns the hopMask bit of k, or 0 if k is not hop-by-hop.
 func hopBit[S string | []byte](k S) hopMask {
 	switch len(k) {
-	case 2, 7, 10, 16:
+	case 2, 7, 10, 14, 16:
 		for i, name := range hopByHop {
 			if len(name) == len(k) && equalFold(k, name) {
 				return 1 << i

@@ -37,12 +37,15 @@ type Conn struct {
 	wrote         atomic.Bool   // the last operation was a write
 	writeTimeout  time.Duration // bounds each write: a stalled upstream is let go
 	writeDeadline drain.WriteDeadline
+	idle          idleCheck // before each reuse
 }
 
 // NewConn wraps a freshly connected upstream connection. writeTimeout,
 // if positive, bounds each write.
 func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
-	return &Conn{Conn: nc, writeTimeout: writeTimeout, ackBase: ackedBytes(nc)}
+	c := &Conn{Conn: nc, writeTimeout: writeTimeout, ackBase: ackedBytes(nc)}
+	c.idle.init(nc)
+	return c
 }
 
 // Read yields the processor once before the first read after a write: the

@@ -26,6 +26,11 @@ const (
 	// KindRefused: an HTTP/2 upstream refused the stream, or went away
 	// before it, unprocessed, and it could not be sent again.
 	KindRefused
+	// KindInvalid: the upstream's response broke HTTP's rules (an
+	// InvalidResponse: a field name that is no token, conflicting
+	// framing, a 101 nobody asked for, ...). The upstream received the
+	// request; the connection is closed.
+	KindInvalid
 	// NumKinds bounds the kinds, for arrays indexed by Kind.
 	NumKinds
 )
@@ -36,6 +41,7 @@ var kindNames = [NumKinds]string{
 	KindTimeout:    "timeout",
 	KindBroken:     "broken",
 	KindRefused:    "refused",
+	KindInvalid:    "invalid",
 }
 
 // String returns the kind's name, as metrics and logs show it ("" for 0).
@@ -54,6 +60,7 @@ var errorKinds = [NumKinds]string{
 	KindTimeout:    "upstream_timeout",
 	KindBroken:     "upstream_broken",
 	KindRefused:    "upstream_refused",
+	KindInvalid:    "upstream_invalid",
 }
 
 // ErrorKind returns the kind of failure as the access log's error field

@@ -116,7 +116,7 @@ func (t *transport[C]) RoundTrip(ctx context.Context, req *fasthttp.Request, res
 	// it and takes it off the request.
 	idempotent, replayable := IsIdempotent(req), req.BodyStream() == nil
 	for attempt := 1; ; attempt++ {
-		streamed, err := t.exchange(ctx, req, resp, idempotent, replayable)
+		streamed, err := t.exchange(ctx, req, resp)
 		if streamed {
 			return nil // the stream finishes the exchange when closed
 		}
@@ -140,10 +140,9 @@ func sendAgain(ue *Error, idempotent bool) bool {
 }
 
 // exchange is one attempt of RoundTrip on one connection. streamed reports
-// that resp now streams the body from the connection. replayable says
-// whether the request's body (if any) can be sent again.
-func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, idempotent, replayable bool) (streamed bool, err error) {
-	a, err := t.acquireFor(idempotent, replayable)
+// that resp now streams the body from the connection.
+func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) (streamed bool, err error) {
+	a, err := t.acquireFor()
 	if err != nil {
 		return false, err
 	}
@@ -174,17 +173,28 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	sink, _ := ctx.(InterimSink)
 	if nothing, err := ReadResponseHeader(resp, br, sink); err != nil {
 		t.hc.ReleaseReader(br)
+		var invalid InvalidResponse
 		switch {
 		case writeErr != nil && IsTimeout(writeErr):
 			return a.fail(KindTimeout, writeErr) // the upstream stopped reading
 		case IsTimeout(err):
 			return a.fail(KindTimeout, err)
+		case errors.As(err, &invalid):
+			return a.fail(KindInvalid, err)
 		case !nothing:
 			return a.fail(KindBroken, err) // a partial response
 		case writeErr != nil:
 			return a.unanswered(writeErr)
 		}
 		return a.unanswered(err)
+	}
+	if resp.StatusCode() == fasthttp.StatusSwitchingProtocols {
+		// This transport never asks for an upgrade (package h1 relays
+		// WebSocket upgrades on connections of their own): what follows
+		// the 101 is not HTTP, and must reach no client.
+		t.hc.ReleaseReader(br)
+		resp.Reset()
+		return a.fail(KindInvalid, errUnasked101)
 	}
 	return a.readBody(req, resp, br, writeErr == nil)
 }
@@ -201,12 +211,12 @@ type attempt[C pooledConn] struct {
 	stop func() bool
 }
 
-// acquireFor takes a connection from the pool for a request. A request
-// that could not be sent again whatever happened is only sent on a pooled
-// connection that is still open as far as the socket knows. The loop
-// ends: each dead connection leaves the pool, and once the pool is empty
-// acquire dials a new one.
-func (t *transport[C]) acquireFor(idempotent, replayable bool) (attempt[C], error) {
+// acquireFor takes a connection from the pool for a request. A pooled
+// connection is used again only if nothing has arrived on it since its
+// last response ended, as far as the socket knows (see idleCheck): no
+// FIN, no reset, no byte. The loop ends: each unusable connection leaves
+// the pool, and once the pool is empty acquire dials a new one.
+func (t *transport[C]) acquireFor() (attempt[C], error) {
 	a := attempt[C]{t: t}
 	for {
 		cc, err := t.acquire(0, false)
@@ -219,10 +229,10 @@ func (t *transport[C]) acquireFor(idempotent, replayable bool) (attempt[C], erro
 		a.cc, a.conn = cc, cc.Conn()
 		a.uc, _ = a.conn.(*Conn)
 		a.reused = a.uc != nil && a.uc.used
-		if !a.reused || (idempotent && replayable) {
+		if !a.reused {
 			break
 		}
-		if !peerClosed(a.uc.Conn) {
+		if !a.uc.idle.unusable() {
 			testHookChecked()
 			break
 		}
@@ -274,6 +284,22 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 	// A body delimited by the connection's close (no length, not chunked)
 	// leaves nothing to reuse.
 	keepAlive := written && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
+	switch {
+	case status == fasthttp.StatusNoContent && cl != -2 && cl != 0:
+		// A 204 has no body whatever its fields say (RFC 9112 §6.3), but
+		// one that announces a body (RFC 9110 §8.6 forbids it) comes from
+		// an origin that may well send one: the connection is not used
+		// again, and the client gets the 204 without the framing.
+		keepAlive = false
+		fallthrough
+	case status == fasthttp.StatusNotModified || status == fasthttp.StatusNoContent:
+		// A 304's Content-Length is the length of a body it does not
+		// have (RFC 9110 §8.6): HTTP/1 clients never get it (fasthttp
+		// does not write it), and some HTTP/2 clients (Go's) would wait
+		// for that body. Nothing frames what is not there.
+		resp.Header.Del(fasthttp.HeaderContentLength)
+		resp.Header.Del(fasthttp.HeaderTransferEncoding)
+	}
 
 	switch {
 	case noBody:
@@ -303,6 +329,11 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 		resp.SetBodyStream(s, max(cl, -1))
 		return true, nil
 	}
+	// Bytes beyond the response's end, already read: the next response
+	// on this connection would not be the next request's. (Those that
+	// arrive later are found before the connection is used again: see
+	// acquireFor.)
+	keepAlive = keepAlive && br.Buffered() == 0
 	t.hc.ReleaseReader(br)
 	if keepAlive && !cancelled(a.stop) {
 		if a.uc != nil {
@@ -341,8 +372,8 @@ func watchCancel(ctx context.Context, conn net.Conn) func() bool {
 func cancelled(stop func() bool) bool { return stop != nil && !stop() }
 
 // testHookChecked runs after a pooled connection was checked and found
-// open, before a request that is not idempotent is written on it: a test
-// closes the upstream's side there, as its idle timeout would.
+// usable, before a request is written on it: a test closes the
+// upstream's side there, as its idle timeout would.
 var testHookChecked = func() {}
 
 // InterimSink is a context whose client can be sent interim responses as
@@ -354,13 +385,24 @@ type InterimSink interface {
 
 // ReadResponseHeader reads the final response header, skipping interim
 // (1xx) responses other than 101; a 103 goes to sink if there is one.
-// nothing reports that the connection ended before a single response
-// byte.
+// Each head is checked first (see checkHead): one that breaks HTTP/1.1's
+// rules fails as an InvalidResponse, as does any head fasthttp then cannot
+// parse (it has arrived whole by then: the failure is the upstream's, not
+// the connection's). nothing reports that the connection ended before a
+// single response byte. No Content-Type is added to a response that has
+// none: fasthttp would add its default when the header is visited.
 func ReadResponseHeader(resp *fasthttp.Response, br *bufio.Reader, sink InterimSink) (nothing bool, err error) {
 	for i := range 16 {
+		head, none, err := peekHead(br)
+		if err != nil {
+			return i == 0 && none, err
+		}
+		if err := checkHead(head); err != nil {
+			return false, err
+		}
+		resp.Header.SetNoDefaultContentType(true)
 		if err := resp.Header.Read(br); err != nil {
-			// fasthttp reports any failure on the first byte as io.EOF.
-			return i == 0 && err == io.EOF, err
+			return false, InvalidResponse(err.Error())
 		}
 		s := resp.StatusCode()
 		if s >= 200 || s == fasthttp.StatusSwitchingProtocols {
@@ -374,7 +416,7 @@ func ReadResponseHeader(resp *fasthttp.Response, br *bufio.Reader, sink InterimS
 			sink.Interim(s, fields)
 		}
 	}
-	return false, errors.New("upstream: too many interim responses")
+	return false, errTooManyInterim
 }
 
 // bodyStream streams an upstream response body downstream. fasthttp's
@@ -442,7 +484,9 @@ func (s *bodyStream[C]) CloseWithError(err error) error {
 // pool.
 func (s *bodyStream[C]) release(err error) {
 	t := s.t
-	reuse := !cancelled(s.stop) && err == nil && s.eof && s.keepAlive
+	// Reused only when the body ended exactly where its framing said,
+	// with nothing read beyond it.
+	reuse := !cancelled(s.stop) && err == nil && s.eof && s.keepAlive && s.br.Buffered() == 0
 	if !reuse {
 		// Unblock and end the connection first: the body decoder must not
 		// be left mid-body on a pooled connection.

@@ -138,6 +138,21 @@ func carryAttempt(a *Attempt) *httptrace.ClientTrace {
 	}}
 }
 
+// CheckHTTPResponse returns why a response net/http's Transport returned
+// breaks HTTP's rules where net/http lets it through, or nil: a 1xx as
+// the final answer (net/http returns a 101 so: ebb never asks for an
+// upgrade here). net/http checks field names and values and pseudo-header
+// fields itself. Connection-specific fields in an HTTP/2 response (RFC
+// 9113 §8.2.2 makes it malformed) are let through and dropped by the
+// header rules: servers in use send them (Go's sends Keep-Alive when its
+// handler sets it), and HTTP/2's framing does not rest on them.
+func CheckHTTPResponse(resp *http.Response) error {
+	if resp.StatusCode < 200 {
+		return errUnasked101
+	}
+	return nil
+}
+
 // resendGetBody is the GetBody of requests to net/http upstreams.
 func resendGetBody() (io.ReadCloser, error) { return nil, ErrResend }
 
@@ -147,6 +162,9 @@ func resendGetBody() (io.ReadCloser, error) { return nil, ErrResend }
 // connection or stream failed before a response header (RoundTrip
 // returns no error once one has arrived), and err itself otherwise.
 func ClassifyRoundTrip(err error, cause context.Context) error {
+	if _, ok := err.(*Error); ok {
+		return err // classified already (a 1xx answer)
+	}
 	if errors.Is(err, ErrResend) || cause != nil && errors.Is(context.Cause(cause), ErrResend) {
 		return ErrResend
 	}

@@ -4,6 +4,10 @@ package upstream
 
 import "net"
 
-// peerClosed cannot peek at sockets here; stale connections are caught by
-// the retry of idempotent requests only.
-func peerClosed(net.Conn) bool { return false }
+// idleCheck cannot peek at sockets here: a pooled connection is taken as
+// usable, and a stale one is caught by the resend of idempotent requests
+// only.
+type idleCheck struct{}
+
+func (*idleCheck) init(net.Conn)  {}
+func (*idleCheck) unusable() bool { return false }

@@ -108,6 +108,7 @@ func TestBrokenH2Origin(t *testing.T) {
 		"/no-type":     {fields: [][2]string{{":status", "200"}, {"content-length", "2"}}, data: []string{"ok"}},
 		"/no-status":   {fields: [][2]string{{"content-length", "2"}}, data: []string{"ok"}},
 		"/pseudo-late": {fields: [][2]string{{"x-a", "1"}, {":status", "200"}}, data: []string{"ok"}},
+		"/status-2000": {fields: [][2]string{{":status", "2000"}, {"content-length", "2"}}, data: []string{"ok"}},
 	}
 	for _, down := range []proxytest.Downstream{proxytest.DownH1, proxytest.DownH2C} {
 		for _, tc := range []struct {
@@ -129,6 +130,7 @@ func TestBrokenH2Origin(t *testing.T) {
 			{"GET", "/no-type", 200, "ok", false},
 			{"GET", "/no-status", 502, forward.MsgUpstreamFailed, false},
 			{"GET", "/pseudo-late", 502, forward.MsgUpstreamFailed, false},
+			{"GET", "/status-2000", 502, forward.MsgUpstreamInvalid, false},
 		} {
 			name := map[proxytest.Downstream]string{proxytest.DownH1: "h1", proxytest.DownH2C: "h2c"}[down] + tc.path
 			t.Run(name, func(t *testing.T) {

@@ -187,8 +187,15 @@ var brokenAnswers = []brokenAnswer{
 	{name: "CR in a field value", answer: "HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "obs-fold", answer: "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "bare LF", answer: "HTTP/1.1 200 OK\nContent-Length: 2\n\nok\r\n\r\n", status: 502},
+	// No CR LF CR LF to wait for: refused at once, not at timeouts.response.
+	{name: "bare LF only", answer: "HTTP/1.1 200 OK\nContent-Length: 2\n\nok", status: 502},
 	{name: "bytes before the status line", answer: "\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "HTTP/2.0 status line", answer: "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "status 000", answer: "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "status 099", answer: "HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "status 600", answer: "HTTP/1.1 600 High\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "status of four digits", answer: "HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "status without a reason", answer: "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok", status: 200, body: "ok", reused: true},
 	// What holds: white space before a colon is removed (RFC 9112
 	// §5.1), and no Content-Type is added where the origin sent none.
 	{name: "space before the colon", answer: "HTTP/1.1 200 OK\r\nX-A : 1\r\nContent-Length: 2\r\n\r\nok", status: 200, body: "ok", absent: []string{"X-A "}, reused: true},

@@ -68,7 +68,9 @@ var crlfcrlf = []byte("\r\n\r\n")
 
 // peekHead returns the response head at the start of br, through the
 // CRLF CRLF that ends it, waiting until it has arrived whole. It consumes
-// nothing. nothing reports a failure before a single byte.
+// nothing. nothing reports a failure before a single byte. A line ended
+// by LF alone fails at once (a head of such lines has no CRLF CRLF to
+// wait for).
 func peekHead(br *bufio.Reader) (head []byte, nothing bool, err error) {
 	if _, err := br.Peek(1); err != nil {
 		return nil, true, err
@@ -78,6 +80,11 @@ func peekHead(br *bufio.Reader) (head []byte, nothing bool, err error) {
 		b, _ := br.Peek(br.Buffered())
 		if i := bytes.Index(b[from:], crlfcrlf); i >= 0 {
 			return b[:from+i+len(crlfcrlf)], false, nil
+		}
+		for i := from; i < len(b); i++ {
+			if b[i] == '\n' && (i == 0 || b[i-1] != '\r') {
+				return nil, false, errLineEnd
+			}
 		}
 		if len(b) >= br.Size() {
 			return nil, false, errHeadTooLarge
@@ -98,9 +105,11 @@ func checkHead(b []byte) error {
 	if err != nil {
 		return err
 	}
+	// RFC 9112 §4: HTTP-version SP 3DIGIT SP reason-phrase (a sender
+	// may leave out the reason, and its SP); RFC 9110 §15: 100 to 599.
 	http10 := false
 	switch {
-	case len(line) < 12 || line[8] != ' ':
+	case len(line) < 12 || line[8] != ' ' || len(line) > 12 && line[12] != ' ' || !validStatus(line[9:12]):
 		return errStatusLine
 	case string(line[:8]) == "HTTP/1.1":
 	case string(line[:8]) == "HTTP/1.0":
@@ -153,6 +162,11 @@ func checkHead(b []byte) error {
 		return errHTTP10Chunked
 	}
 	return nil
+}
+
+// validStatus reports whether s is a status code from 100 to 599.
+func validStatus(s []byte) bool {
+	return '1' <= s[0] && s[0] <= '5' && '0' <= s[1] && s[1] <= '9' && '0' <= s[2] && s[2] <= '9'
 }
 
 // nextLine splits the line at the start of b, which must end in CR LF

@@ -91,6 +91,9 @@ func NewHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.
 		MaxIdleConnsPerHost:   cfg.MaxConnsPerEndpoint,
 		IdleConnTimeout:       cfg.Timeouts.Idle,
 		ResponseHeaderTimeout: cfg.Timeouts.Response,
+		// As the HTTP/1 transport's read buffer bounds a head: net/http's
+		// default lets a header block reach 10 MB.
+		MaxResponseHeaderBytes: ReadBufferSize,
 		// Bodies pass through as they are: no Accept-Encoding of ebb's own.
 		DisableCompression: true,
 		HTTP2: &http.HTTP2Config{
@@ -141,14 +144,19 @@ func carryAttempt(a *Attempt) *httptrace.ClientTrace {
 // CheckHTTPResponse returns why a response net/http's Transport returned
 // breaks HTTP's rules where net/http lets it through, or nil: a 1xx as
 // the final answer (net/http returns a 101 so: ebb never asks for an
-// upgrade here). net/http checks field names and values and pseudo-header
-// fields itself. Connection-specific fields in an HTTP/2 response (RFC
+// upgrade here), or a status over 599 (RFC 9110 §15; net/http takes any
+// number for an HTTP/2 :status). net/http checks field names and values
+// and pseudo-header fields itself. Connection-specific fields in an HTTP/2 response (RFC
 // 9113 §8.2.2 makes it malformed) are let through and dropped by the
 // header rules: servers in use send them (Go's sends Keep-Alive when its
 // handler sets it), and HTTP/2's framing does not rest on them.
 func CheckHTTPResponse(resp *http.Response) error {
-	if resp.StatusCode < 200 {
+	switch {
+	case resp.StatusCode < 200:
 		return errUnasked101
+	case resp.StatusCode > 599:
+		// net/http takes any number for an HTTP/2 :status ("2000").
+		return errStatusLine
 	}
 	return nil
 }

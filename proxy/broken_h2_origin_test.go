@@ -2,17 +2,13 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
@@ -28,63 +24,26 @@ type h2Answer struct {
 }
 
 // rawH2Origin is an HTTP/2 (h2c) origin that answers each stream as
-// answers says for its :path, "200 <path>" for any other; it reports the
-// RST_STREAM frames it receives.
-func rawH2Origin(t *testing.T, answers map[string]h2Answer) (addr string, resets <-chan http2.ErrCode) {
-	rst := make(chan http2.ErrCode, 64)
-	addr = proxytest.Origin(t, func(c net.Conn, br *bufio.Reader) {
-		preface := make([]byte, len(http2.ClientPreface))
-		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
-			return
+// answers says for its :path, "200 <path>" for any other.
+func rawH2Origin(t *testing.T, answers map[string]h2Answer) string {
+	return proxytest.H2CFrames(t, true, func(c *proxytest.H2CConn, f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		if !ok {
+			return true
 		}
-		var mu sync.Mutex // the framer's writes
-		fr := http2.NewFramer(c, br)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		if fr.WriteSettings() != nil {
-			return
+		path := h.PseudoValue("path")
+		a, ok := answers[path]
+		if !ok {
+			a = h2Answer{fields: [][2]string{{":status", "200"}, {"content-length", fmt.Sprint(len(path))}}, data: []string{path}}
 		}
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					mu.Lock()
-					fr.WriteSettingsAck()
-					mu.Unlock()
-				}
-			case *http2.PingFrame:
-				if !f.IsAck() {
-					mu.Lock()
-					fr.WritePing(true, f.Data)
-					mu.Unlock()
-				}
-			case *http2.RSTStreamFrame:
-				rst <- f.ErrCode
-			case *http2.MetaHeadersFrame:
-				path := f.PseudoValue("path")
-				a, ok := answers[path]
-				if !ok {
-					a = h2Answer{fields: [][2]string{{":status", "200"}, {"content-length", fmt.Sprint(len(path))}}, data: []string{path}}
-				}
-				hbuf.Reset()
-				for _, kv := range a.fields {
-					enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
-				}
-				mu.Lock()
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hbuf.Bytes(), EndHeaders: true, EndStream: len(a.data) == 0})
-				for i, d := range a.data {
-					fr.WriteData(f.StreamID, i == len(a.data)-1, []byte(d))
-				}
-				mu.Unlock()
+		err := c.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: h.StreamID, BlockFragment: c.Block(a.fields), EndHeaders: true, EndStream: len(a.data) == 0})
+		for i, d := range a.data {
+			if err == nil {
+				err = c.Fr.WriteData(h.StreamID, i == len(a.data)-1, []byte(d))
 			}
 		}
+		return err == nil
 	})
-	return addr, rst
 }
 
 // TestBrokenH2Origin plays an HTTP/2 origin that breaks the framing of a
@@ -135,7 +94,7 @@ func TestBrokenH2Origin(t *testing.T) {
 			name := map[proxytest.Downstream]string{proxytest.DownH1: "h1", proxytest.DownH2C: "h2c"}[down] + tc.path
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				origin, _ := rawH2Origin(t, answers)
+				origin := rawH2Origin(t, answers)
 				e := startEbb(t, oneClusterYAML(origin, nil, []string{"protocol: h2c"}))
 				status, header, body, err := h2BrokenExchange(t, down, e.addr("public"), tc.method, tc.path)
 				switch {

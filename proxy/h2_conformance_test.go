@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -284,113 +282,61 @@ type h2cRequest struct {
 // any) in a trailing HEADERS frame.
 func rawH2COrigin(t *testing.T, respTrailers [][2]string) (addr string, got <-chan h2cRequest) {
 	ch := make(chan h2cRequest, 64) // more than a test sends: a send never blocks
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		ended bool
-	)
-	addr = proxytest.Origin(t, func(c net.Conn, br *bufio.Reader) {
+	reqs := map[*proxytest.H2CConn]map[uint32]*h2cRequest{}
+	var mu sync.Mutex // reqs: each connection's, on its own goroutine
+	addr = proxytest.H2CFrames(t, true, func(c *proxytest.H2CConn, f http2.Frame) bool {
 		mu.Lock()
-		conns = append(conns, c)
-		if ended {
-			c.Close()
+		streams := reqs[c]
+		if streams == nil {
+			streams = map[uint32]*h2cRequest{}
+			reqs[c] = streams
 		}
 		mu.Unlock()
-		preface := make([]byte, len(http2.ClientPreface))
-		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
-			return
-		}
-		fr := http2.NewFramer(c, br)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
-		block := func(fields [][2]string) []byte {
-			hbuf.Reset()
-			for _, f := range fields {
-				_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-			}
-			return hbuf.Bytes()
-		}
-		if fr.WriteSettings() != nil {
-			return
-		}
-		reqs := map[uint32]*h2cRequest{}
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			var id uint32
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() && fr.WriteSettingsAck() != nil {
-					return
-				}
-				continue
-			case *http2.PingFrame:
-				if !f.IsAck() && fr.WritePing(true, f.Data) != nil {
-					return
-				}
-				continue
-			case *http2.MetaHeadersFrame:
-				id = f.StreamID
-				r := reqs[id]
-				if r == nil {
-					r = &h2cRequest{}
-					reqs[id] = r
-					for _, h := range f.RegularFields() {
-						r.fields = append(r.fields, h.Name+": "+h.Value)
-					}
-				} else {
-					for _, h := range f.RegularFields() {
-						r.trailers = append(r.trailers, h.Name+": "+h.Value)
-					}
-				}
-				if !f.StreamEnded() {
-					continue
-				}
-				reqs[id].end = "HEADERS"
-			case *http2.DataFrame:
-				id = f.StreamID
-				r := reqs[id]
-				if r == nil {
-					continue
-				}
-				r.body += string(f.Data())
-				if !f.StreamEnded() {
-					continue
-				}
-				r.end = "DATA"
-				if len(f.Data()) == 0 {
-					r.end = "empty DATA"
-				}
-			default:
-				continue
-			}
-			r := reqs[id]
-			delete(reqs, id)
+		var id uint32
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			id = f.StreamID
+			r := streams[id]
 			if r == nil {
-				continue
+				r = &h2cRequest{}
+				streams[id] = r
+				for _, h := range f.RegularFields() {
+					r.fields = append(r.fields, h.Name+": "+h.Value)
+				}
+			} else {
+				for _, h := range f.RegularFields() {
+					r.trailers = append(r.trailers, h.Name+": "+h.Value)
+				}
 			}
-			ch <- *r
-			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block([][2]string{{":status", "200"}}), EndHeaders: true}) != nil ||
-				fr.WriteData(id, len(respTrailers) == 0, []byte("ok")) != nil {
-				return
+			if !f.StreamEnded() {
+				return true
 			}
-			if len(respTrailers) > 0 && fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block(respTrailers), EndStream: true, EndHeaders: true}) != nil {
-				return
+			r.end = "HEADERS"
+		case *http2.DataFrame:
+			id = f.StreamID
+			r := streams[id]
+			if r == nil {
+				return true
 			}
+			r.body += string(f.Data())
+			if !f.StreamEnded() {
+				return true
+			}
+			r.end = "DATA"
+			if len(f.Data()) == 0 {
+				r.end = "empty DATA"
+			}
+		default:
+			return true
 		}
-	})
-	t.Cleanup(func() {
-		// net/http's Transport keeps its connections: they end with the
-		// test.
-		mu.Lock()
-		defer mu.Unlock()
-		ended = true
-		for _, c := range conns {
-			c.Close()
+		r := streams[id]
+		delete(streams, id)
+		ch <- *r
+		if c.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.Block([][2]string{{":status", "200"}}), EndHeaders: true}) != nil ||
+			c.Fr.WriteData(id, len(respTrailers) == 0, []byte("ok")) != nil {
+			return false
 		}
+		return len(respTrailers) == 0 || c.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.Block(respTrailers), EndStream: true, EndHeaders: true}) == nil
 	})
 	return addr, ch
 }

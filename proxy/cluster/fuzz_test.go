@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,31 +223,22 @@ func h2Seeds() []h2Seed {
 	return seeds
 }
 
-// h2FuzzOrigin is the h2c origin of FuzzH2UpstreamFrames: one loopback
-// listener for all the executions of a fuzzing process. A request's
-// :path names its execution and its number ("/<execution>/1"): the
-// origin answers request 1 of the current execution with the execution's
-// frames, any other request of it properly, and closes a connection that
-// carries a request of no current execution.
+// h2FuzzOrigin is the h2c origin of FuzzH2UpstreamFrames (see
+// proxytest.FuzzOrigin and proxytest.FuzzExec): it answers request 1 of
+// the current execution with the execution's frames. Its connections are
+// closed at the end of each execution (the cluster has let go of its own
+// by then).
 type h2FuzzOrigin struct {
-	addr string
-	cur  atomic.Pointer[h2Exec]
-	n    atomic.Uint64 // executions so far
-	// conns are the connections being served, closed at the end of each
-	// execution (the cluster has let go of its own by then) and when the
-	// fuzzing ends.
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	*proxytest.FuzzOrigin
+	cur atomic.Pointer[h2Exec]
+	n   atomic.Uint64 // executions so far
 }
 
-// h2Exec is one execution: what the origin answers, and the handshake
-// that orders the origin's steps with the test's. The fields above
-// release are read-only once the execution is current; those under mu
-// are shared by the test and the origin's goroutines.
+// h2Exec is one execution: what the origin answers, and when. The
+// fields above over are read-only once the execution is current; conns
+// is shared by the test and the origin's goroutines.
 type h2Exec struct {
-	id         uint64
-	token      string // request n's body is token + its path
+	*proxytest.FuzzExec
 	frames     []byte
 	raw        bool
 	closeAfter bool
@@ -257,50 +247,17 @@ type h2Exec struct {
 	// it (a client reads frames in order).
 	ping [8]byte
 
-	release       chan struct{} // closed once request 1's exchange returned
-	releaseOnce   sync.Once
-	over          chan struct{} // closed at the execution's end
-	delivered     chan struct{} // closed once the client has read the answer to request 1
-	deliveredOnce sync.Once
-
-	mu        sync.Mutex
-	past1     bool // the test is past request 1
-	answering bool // the origin took request 1
-	conns     int  // connections that carried a request
+	over  chan struct{} // closed at the execution's end
+	conns atomic.Int32  // connections that carried a request
 }
 
 func newH2FuzzOrigin(tb testing.TB) *h2FuzzOrigin {
-	o := &h2FuzzOrigin{conns: map[net.Conn]struct{}{}}
-	o.addr = proxytest.Origin(tb, o.serve)
-	// Before proxytest.Origin's cleanup, which waits for serve to return.
-	tb.Cleanup(func() {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.closed = true
-		o.closeConnsLocked()
-	})
+	o := &h2FuzzOrigin{}
+	o.FuzzOrigin = proxytest.NewFuzzOrigin(tb, o.serve)
 	return o
 }
 
-func (o *h2FuzzOrigin) closeConnsLocked() {
-	for c := range o.conns {
-		c.Close()
-	}
-}
-
 func (o *h2FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		return
-	}
-	o.conns[c] = struct{}{}
-	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		delete(o.conns, c)
-		o.mu.Unlock()
-	}()
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
 		return
@@ -316,7 +273,7 @@ func (o *h2FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
 	var answered *h2Exec // the execution whose request 1 this connection answered
 	defer func() {
 		if answered != nil {
-			answered.deliver()
+			answered.Deliver()
 		}
 	}()
 	counted := false
@@ -335,7 +292,7 @@ func (o *h2FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
 			case !f.IsAck():
 				err = hc.fr.WritePing(true, f.Data)
 			case answered != nil && f.Data == answered.ping:
-				answered.deliver()
+				answered.Deliver()
 				if answered.closeAfter {
 					return
 				}
@@ -343,19 +300,22 @@ func (o *h2FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
 		case *http2.MetaHeadersFrame:
 			x := o.cur.Load()
 			path := f.PseudoValue("path")
-			n, ok := x.request(path)
+			if x == nil {
+				return
+			}
+			n, ok := x.Request(path)
 			if !ok {
 				return
 			}
 			if !counted {
 				counted = true
-				x.countConn()
+				x.conns.Add(1)
 			}
-			if n == 1 && x.take() {
+			if n == 1 && x.Take() {
 				answered = x
 				err = hc.answer(x, f.StreamID)
 			} else {
-				err = hc.writeAnswer(f.StreamID, f.PseudoValue("method") == http.MethodHead, x.token+path)
+				err = hc.writeAnswer(f.StreamID, f.PseudoValue("method") == http.MethodHead, x.Token+path)
 			}
 		}
 		if err == nil {
@@ -430,7 +390,7 @@ func (hc *h2Conn) answer(x *h2Exec, id uint32) error {
 				return err
 			}
 			select {
-			case <-x.release:
+			case <-x.Release:
 			case <-x.over:
 				return errOver
 			}
@@ -486,72 +446,23 @@ func stream(sel byte, id uint32) uint32 {
 	return uint32(sel)
 }
 
-// request returns the number of a request of execution x (nil: none)
-// for path, if it is one.
-func (x *h2Exec) request(path string) (n int, ok bool) {
-	if x == nil {
-		return 0, false
-	}
-	exec, num, found := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !found || exec != strconv.FormatUint(x.id, 10) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(num)
-	return n, err == nil
-}
-
-// take reports whether the origin answers request 1 with the fuzzer's
-// frames: it has not before, and the test is not past it (a request 1
-// that arrives after its exchange gave up gets a proper answer: its
-// frames could otherwise meet request 2's stream).
-func (x *h2Exec) take() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	ok := !x.past1 && !x.answering
-	x.answering = x.answering || ok
-	return ok
-}
-
-// pastFirst tells the origin that the test is past request 1, and
-// reports whether the origin is answering it (then the test waits for
-// delivered).
-func (x *h2Exec) pastFirst() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.past1 = true
-	return x.answering
-}
-
-func (x *h2Exec) countConn() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.conns++
-}
-
-func (x *h2Exec) releaseFirst() { x.releaseOnce.Do(func() { close(x.release) }) }
-func (x *h2Exec) deliver()      { x.deliveredOnce.Do(func() { close(x.delivered) }) }
-
 // exchange runs one execution, the cluster's timeouts.response being
 // timeout: request 1 (method) answered with frames (raw: as they are),
 // the connection closed after them if closeAfter; then request 2. It
 // returns the connections that carried the execution's requests.
 func (o *h2FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uint8, raw, closeAfter bool, frames []byte) (conns int) {
 	tb.Helper()
-	x := &h2Exec{id: o.n.Add(1), frames: frames, raw: raw, closeAfter: closeAfter,
-		release: make(chan struct{}), over: make(chan struct{}), delivered: make(chan struct{})}
-	x.token = fmt.Sprintf("%016x", rand.Uint64())
+	x := &h2Exec{FuzzExec: proxytest.NewFuzzExec(o.n.Add(1)), frames: frames, raw: raw, closeAfter: closeAfter, over: make(chan struct{})}
 	binary.BigEndian.PutUint64(x.ping[:], rand.Uint64())
 	o.cur.Store(x)
 	defer func() {
 		o.cur.CompareAndSwap(x, nil)
 		close(x.over)
-		o.mu.Lock()
-		o.closeConnsLocked()
-		o.mu.Unlock()
+		o.CloseConns()
 	}()
-	defer x.releaseFirst() // whatever happens: the origin may wait for it
+	defer x.ReleaseFirst() // whatever happens: the origin may wait for it
 
-	cfg := proxytest.Cluster(o.addr)
+	cfg := proxytest.Cluster(o.Addr)
 	cfg.Protocol = config.ProtocolH2C
 	cfg.Timeouts.Response = timeout
 	c := cluster.New(cfg, nil, drain.NewRegistry(), proxytest.Discard())
@@ -576,23 +487,23 @@ func (o *h2FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 			tb.Fatal(err)
 		}
 	}
-	status, _, err := send(c, m, fmt.Sprintf("/%d/1", x.id), body)
-	x.releaseFirst()
+	status, _, err := send(c, m, fmt.Sprintf("/%d/1", x.ID), body)
+	x.ReleaseFirst()
 	if err == nil && status < 200 {
 		tb.Fatalf("an interim status %d as the final answer, for %s", status, input())
 	}
-	if x.pastFirst() {
+	if x.PastFirst() {
 		select {
-		case <-x.delivered:
+		case <-x.Delivered:
 		case <-time.After(proxytest.WaitTimeout):
 			tb.Fatalf("the client never read the answer to request 1, for %s", input())
 		}
 	}
 
 	// Request 2: an error, or its own answer.
-	path := fmt.Sprintf("/%d/2", x.id)
+	path := fmt.Sprintf("/%d/2", x.ID)
 	if status, got, err := send(c, http.MethodGet, path, nil); err == nil {
-		if want := x.token + path; status != 200 || string(got) != want {
+		if want := x.Token + path; status != 200 || string(got) != want {
 			tb.Fatalf("request 2 got %d %q, want 200 %q, for %s", status, got, want, input())
 		}
 	}
@@ -601,9 +512,7 @@ func (o *h2FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 			tb.Fatalf("%d exchanges still in flight once both ended, for %s", ep.InFlight, input())
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.conns
+	return int(x.conns.Load())
 }
 
 // send exchanges one request with the cluster's endpoint, as the engines

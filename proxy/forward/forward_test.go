@@ -81,13 +81,7 @@ func TestForwardClientGone(t *testing.T) {
 // rewritten.
 func TestServePaths(t *testing.T) {
 	e := enginetest.New(t, nil, proxytest.RefusedAddr(t))
-	setPaths := func(o paths.Options) {
-		snap := *e.Listener.Snapshot.Load()
-		tbl := *snap.Tables[0]
-		tbl.Paths = o
-		snap.Tables = []*route.Table{&tbl}
-		e.Listener.Snapshot.Store(&snap)
-	}
+	setPaths := func(o paths.Options) { e.SetTable(func(t *route.Table) { t.Paths = o }) }
 	all := paths.Options{Normalize: true, MergeSlashes: true, EscapedSlashes: paths.RejectEscaped}
 	for _, tc := range []struct {
 		name   string

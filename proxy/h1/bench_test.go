@@ -59,13 +59,18 @@ func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { sink.Close() })
+		e.SetTable(func(t *route.Table) { t.RequestID = headers.RequestIDTrusted })
 		snap := *e.Listener.Snapshot.Load()
-		t := *snap.Tables[0]
-		t.RequestID = headers.RequestIDTrusted
-		snap.Tables = []*route.Table{&t}
 		snap.Access = access.New(access.FormatJSON, sink)
 		e.Listener.Snapshot.Store(&snap)
 	}
+	runGet(b, e, "/index.html?q=1", nil)
+}
+
+// runGet measures GETs of uri through e's HTTP/1 engine, on a client
+// connection of the registry's, check (if not nil) looking at the request
+// once the pools are warm.
+func runGet(b *testing.B, e *enginetest.Engine, uri string, check func(*fasthttp.RequestCtx)) {
 	client, server := net.Pipe()
 	defer client.Close()
 	reg := drain.NewRegistry()
@@ -76,7 +81,7 @@ func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 		ctx.Request.Reset()
 		ctx.Response.Reset()
 		ctx.Request.Header.SetMethod("GET")
-		ctx.Request.Header.SetRequestURI("/index.html?q=1")
+		ctx.Request.Header.SetRequestURI(uri)
 		ctx.Request.Header.SetHost("example.com")
 		ctx.Request.Header.Set("User-Agent", "bench")
 		ctx.Request.Header.Set("Accept", "*/*")
@@ -88,6 +93,9 @@ func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 	}
 	if ctx.Response.StatusCode() != 200 || len(ctx.Response.Body()) != 64 {
 		b.Fatalf("got %d with %d bytes", ctx.Response.StatusCode(), len(ctx.Response.Body()))
+	}
+	if check != nil {
+		check(&ctx)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -27,11 +27,16 @@ import (
 // design holds at zero.
 func BenchmarkStreamGet(b *testing.B) {
 	origin := proxytest.RawOrigin(b, []byte(proxytest.BenchResponse))
-	e := enginetest.New(b, nil, origin)
+	runStreamGet(b, enginetest.New(b, nil, origin), "/index.html?q=1")
+}
+
+// runStreamGet measures GETs of path, one stream at a time, through the
+// HTTP/2 engine over e.
+func runStreamGet(b *testing.B, e *enginetest.Engine, path string) {
 	cl := startBench(b, &h2.Server{Handler: h2.Forwarder(e.Listener)}, e.Registry)
 	fields := [][2]string{
 		{":method", "GET"}, {":scheme", "http"}, {":authority", "example.com"},
-		{":path", "/index.html?q=1"}, {"user-agent", "bench"}, {"accept", "*/*"},
+		{":path", path}, {"user-agent", "bench"}, {"accept", "*/*"},
 	}
 	// The first request fills the client's dynamic table; every later
 	// one is the same few indexed fields.

@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // RefusingH2C is an HTTP/2 (h2c) upstream that processes nothing: it
@@ -28,14 +30,72 @@ func ResettingH2C(t testing.TB, goAway bool, code http2.ErrCode) (addr string, r
 // come.
 func H2CResetter(t testing.TB, goAway bool, code http2.ErrCode, atData bool) (addr string, refused <-chan uint32) {
 	r := make(chan uint32, 64)
-	// Connections net/http opened for a request it then gave up on stay
-	// open in its pool; they end with the test.
+	addr = H2CFrames(t, false, func(c *H2CConn, f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			select {
+			case r <- f.StreamID:
+			default: // the test fails on the count
+			}
+			if goAway {
+				// As a server does once the streams it kept are done, and
+				// closing as one does: reading what the client still sends
+				// (the request's DATA frames) until it closes. Closing with
+				// those unread would send a reset, which can destroy the
+				// GOAWAY before the client reads it.
+				c.Fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+				if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+					cw.CloseWrite()
+				}
+				io.Copy(io.Discard, c.Reader)
+				return false
+			}
+			if !atData {
+				c.Fr.WriteRSTStream(f.StreamID, code)
+			}
+		case *http2.DataFrame:
+			if atData && len(f.Data()) > 0 {
+				c.Fr.WriteRSTStream(f.StreamID, code)
+			}
+		}
+		return true
+	})
+	return addr, r
+}
+
+// H2CConn is one connection of an H2CFrames origin.
+type H2CConn struct {
+	Conn   net.Conn
+	Reader *bufio.Reader // what the framer reads from
+	Fr     *http2.Framer
+	hbuf   bytes.Buffer
+	enc    *hpack.Encoder
+}
+
+// Block HPACK-encodes fields (names as given, which may break HTTP/2's
+// rules) into a header block, valid until the next call.
+func (c *H2CConn) Block(fields [][2]string) []byte {
+	c.hbuf.Reset()
+	for _, f := range fields {
+		_ = c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return c.hbuf.Bytes()
+}
+
+// H2CFrames is an HTTP/2 (h2c) origin frame by frame: on each connection
+// it reads the client preface, sends its SETTINGS, acknowledges the
+// client's SETTINGS and PINGs, and hands every other frame to handle, on
+// the connection's one goroutine (with metaHeaders, header blocks come
+// decoded whole, as *http2.MetaHeadersFrame). handle returning false ends
+// the connection. The connections net/http's Transport keeps open end
+// with the test.
+func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.Frame) bool) string {
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
 		ended bool
 	)
-	addr = Origin(t, func(c net.Conn, br *bufio.Reader) {
+	addr := Origin(t, func(c net.Conn, br *bufio.Reader) {
 		mu.Lock()
 		conns = append(conns, c)
 		if ended {
@@ -46,49 +106,31 @@ func H2CResetter(t testing.TB, goAway bool, code http2.ErrCode, atData bool) (ad
 		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
 			return
 		}
-		fr := http2.NewFramer(c, br)
-		if fr.WriteSettings() != nil {
+		hc := &H2CConn{Conn: c, Reader: br, Fr: http2.NewFramer(c, br)}
+		hc.enc = hpack.NewEncoder(&hc.hbuf)
+		if metaHeaders {
+			hc.Fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		}
+		if hc.Fr.WriteSettings() != nil {
 			return
 		}
 		for {
-			f, err := fr.ReadFrame()
+			f, err := hc.Fr.ReadFrame()
 			if err != nil {
 				return
 			}
 			switch f := f.(type) {
 			case *http2.SettingsFrame:
-				if !f.IsAck() && fr.WriteSettingsAck() != nil {
+				if !f.IsAck() && hc.Fr.WriteSettingsAck() != nil {
 					return
 				}
 			case *http2.PingFrame:
-				if !f.IsAck() && fr.WritePing(true, f.Data) != nil {
+				if !f.IsAck() && hc.Fr.WritePing(true, f.Data) != nil {
 					return
 				}
-			case *http2.HeadersFrame:
-				select {
-				case r <- f.StreamID:
-				default: // the test fails on the count
-				}
-				if goAway {
-					// As a server does once the streams it kept are done,
-					// and closing as one does: reading what the client
-					// still sends (the request's DATA frames) until it
-					// closes. Closing with those unread would send a
-					// reset, which can destroy the GOAWAY before the
-					// client reads it.
-					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
-					if cw, ok := c.(interface{ CloseWrite() error }); ok {
-						cw.CloseWrite()
-					}
-					io.Copy(io.Discard, br)
+			default:
+				if !handle(hc, f) {
 					return
-				}
-				if !atData {
-					fr.WriteRSTStream(f.StreamID, code)
-				}
-			case *http2.DataFrame:
-				if atData && len(f.Data()) > 0 {
-					fr.WriteRSTStream(f.StreamID, code)
 				}
 			}
 		}
@@ -101,7 +143,7 @@ func H2CResetter(t testing.TB, goAway bool, code http2.ErrCode, atData bool) (ad
 			c.Close()
 		}
 	})
-	return addr, r
+	return addr
 }
 
 // H2CServer serves h with net/http's HTTP/2 server, cleartext (h2c), on

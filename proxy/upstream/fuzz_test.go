@@ -7,10 +7,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,74 +160,35 @@ func h1Seeds() []h1Seed {
 	}
 }
 
-// h1FuzzOrigin is the origin of FuzzH1UpstreamResponse: one loopback
-// listener for all the executions of a fuzzing process. A request's path
-// names its execution and its number ("/<execution>/1"): the origin
-// answers request 1 of the current execution with the execution's bytes,
-// any other request of it properly, and closes a connection that carries
-// a request of no current execution (a late one of an execution over).
+// h1FuzzOrigin is the origin of FuzzH1UpstreamResponse (see
+// proxytest.FuzzOrigin and proxytest.FuzzExec): it answers request 1 of
+// the current execution with the execution's bytes.
 type h1FuzzOrigin struct {
-	addr string
-	cur  atomic.Pointer[h1Exec]
-	n    atomic.Uint64 // executions so far
-	// conns are the connections being served: an execution that failed
-	// may leave the transport's open, and they are closed when the
-	// fuzzing ends, so that the origin's goroutines end.
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	*proxytest.FuzzOrigin
+	cur atomic.Pointer[h1Exec]
+	n   atomic.Uint64 // executions so far
 }
 
-// h1Exec is one execution: what the origin answers, and the handshake
-// that orders the origin's steps with the test's. The fields above
-// release are read-only once the execution is current; those under mu
-// are shared by the test and the origin's goroutines.
+// h1Exec is one execution: what the origin answers, and the transport's
+// connections. The fields above mu are read-only once the execution is
+// current; conns is shared by the test and the origin's goroutines.
 type h1Exec struct {
-	id         uint64
-	token      string // request n's body is token + its path
+	*proxytest.FuzzExec
 	answer     []byte
-	late       []byte // written once release is closed (nil: none)
+	late       []byte // written once Release is closed (nil: none)
 	closeAfter bool
 
-	release       chan struct{} // closed once request 1's exchange returned
-	releaseOnce   sync.Once
-	delivered     chan struct{} // closed once the answer to request 1 has reached the transport's socket
-	deliveredOnce sync.Once
-
-	mu        sync.Mutex
-	past1     bool                    // the test is past request 1
-	answering bool                    // the origin took request 1
-	conns     map[string]*net.TCPConn // the transport's connections, by local address
+	mu    sync.Mutex
+	conns map[string]*net.TCPConn // the transport's connections, by local address
 }
 
 func newH1FuzzOrigin(tb testing.TB) *h1FuzzOrigin {
-	o := &h1FuzzOrigin{conns: map[net.Conn]struct{}{}}
-	o.addr = proxytest.Origin(tb, o.serve)
-	// Before proxytest.Origin's cleanup, which waits for serve to return.
-	tb.Cleanup(func() {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.closed = true
-		for c := range o.conns {
-			c.Close()
-		}
-	})
+	o := &h1FuzzOrigin{}
+	o.FuzzOrigin = proxytest.NewFuzzOrigin(tb, o.serve)
 	return o
 }
 
 func (o *h1FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		return
-	}
-	o.conns[c] = struct{}{}
-	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		delete(o.conns, c)
-		o.mu.Unlock()
-	}()
 	sent := 0 // bytes written on c
 	for {
 		req, err := http.ReadRequest(br)
@@ -240,16 +199,20 @@ func (o *h1FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
 			return
 		}
 		x := o.cur.Load()
-		n, ok := x.request(req.URL.Path)
+		var n int
+		var ok bool
+		if x != nil {
+			n, ok = x.Request(req.URL.Path)
+		}
 		switch {
 		case !ok:
 			return
-		case n == 1 && x.take():
+		case n == 1 && x.Take():
 			if !x.answerFirst(c, sent) {
 				return
 			}
 		default:
-			body := x.token + req.URL.Path
+			body := x.Token + req.URL.Path
 			n, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			sent += n
 			if err != nil {
@@ -259,59 +222,17 @@ func (o *h1FuzzOrigin) serve(c net.Conn, br *bufio.Reader) {
 	}
 }
 
-// request returns the number of a request of execution x (nil: none)
-// for path, if it is one.
-func (x *h1Exec) request(path string) (n int, ok bool) {
-	if x == nil {
-		return 0, false
-	}
-	return execRequest(x.id, path)
-}
-
-// execRequest parses the path of request n of execution id.
-func execRequest(id uint64, path string) (n int, ok bool) {
-	exec, num, found := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !found || exec != strconv.FormatUint(id, 10) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(num)
-	return n, err == nil
-}
-
-// take reports whether the origin answers request 1 with the fuzzer's
-// bytes: it has not before, and the test is not past it (a request 1
-// that arrives after its exchange gave up gets a proper answer).
-func (x *h1Exec) take() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	ok := !x.past1 && !x.answering
-	x.answering = x.answering || ok
-	return ok
-}
-
-// pastFirst tells the origin that the test is past request 1, and
-// reports whether the origin is answering it (then the test waits for
-// delivered).
-func (x *h1Exec) pastFirst() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.past1 = true
-	return x.answering
-}
-
-func (x *h1Exec) releaseFirst() { x.releaseOnce.Do(func() { close(x.release) }) }
-
 // answerFirst writes the answer to request 1 on c, which carried sent
 // bytes before, its late part once the test has its response, and the
 // connection's end if it ends; delivered is closed once all of it has
 // reached the transport's socket. keep reports that the connection
 // carries on.
 func (x *h1Exec) answerFirst(c net.Conn, sent int) (keep bool) {
-	defer x.deliveredOnce.Do(func() { close(x.delivered) })
+	defer x.Deliver()
 	n, err := c.Write(x.answer)
 	sent += n
 	if x.late != nil {
-		<-x.release
+		<-x.Release
 		if err == nil {
 			n, err = c.Write(x.late)
 			sent += n
@@ -379,23 +300,22 @@ func (c *countedConn) Close() error {
 // returns the connections the transport opened.
 func (o *h1FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uint8, split uint32, closeAfter bool, answer []byte) (dials int32) {
 	tb.Helper()
-	x := &h1Exec{id: o.n.Add(1), token: fmt.Sprintf("%016x", rand.Uint64()), answer: answer, closeAfter: closeAfter,
-		release: make(chan struct{}), delivered: make(chan struct{}), conns: map[string]*net.TCPConn{}}
+	x := &h1Exec{FuzzExec: proxytest.NewFuzzExec(o.n.Add(1)), answer: answer, closeAfter: closeAfter, conns: map[string]*net.TCPConn{}}
 	if s := int(split); s > 0 && s < len(answer) {
 		x.answer, x.late = answer[:s], answer[s:]
 	}
 	o.cur.Store(x)
 	defer o.cur.CompareAndSwap(x, nil)
-	defer x.releaseFirst() // whatever happens: the origin waits for it
+	defer x.ReleaseFirst() // whatever happens: the origin waits for it
 
 	var opened, closes, done atomic.Int32
-	cfg := proxytest.Cluster(o.addr)
+	cfg := proxytest.Cluster(o.Addr)
 	cfg.Timeouts.Response = timeout
 	// A new transport per execution, so that each is reproducible: its
 	// pool's cleaner ends that long after its last connection closed.
 	cfg.Timeouts.Idle = time.Second
-	tr := upstream.NewH1(o.addr, &cfg, func() (net.Conn, error) {
-		nc, err := net.DialTimeout("tcp", o.addr, cfg.Timeouts.Connect)
+	tr := upstream.NewH1(o.Addr, &cfg, func() (net.Conn, error) {
+		nc, err := net.DialTimeout("tcp", o.Addr, cfg.Timeouts.Connect)
 		if err != nil {
 			return nil, err
 		}
@@ -415,7 +335,7 @@ func (o *h1FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 	var req fasthttp.Request
 	var resp fasthttp.Response
 	req.Header.SetHost("example.com")
-	req.SetRequestURI(fmt.Sprintf("/%d/1", x.id))
+	req.SetRequestURI(fmt.Sprintf("/%d/1", x.ID))
 	switch method % 3 {
 	case fuzzGET:
 		req.Header.SetMethod(fasthttp.MethodGet)
@@ -426,16 +346,16 @@ func (o *h1FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 		req.SetBodyString("hello")
 	}
 	err := tr.RoundTrip(context.Background(), &req, &resp)
-	x.releaseFirst()
+	x.ReleaseFirst()
 	if err == nil {
 		checkFirst(tb, method%3 == fuzzHEAD, &resp, input)
 	}
 	if n := done.Load(); n != 1 {
 		tb.Fatalf("exchange 1 ended %d times, want once (err %v), for %s", n, err, input())
 	}
-	if x.pastFirst() {
+	if x.PastFirst() {
 		select {
-		case <-x.delivered:
+		case <-x.Delivered:
 		case <-time.After(proxytest.WaitTimeout):
 			tb.Fatalf("the origin never finished its answer, for %s", input())
 		}
@@ -445,7 +365,7 @@ func (o *h1FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 	req.Reset()
 	resp.Reset()
 	req.Header.SetHost("example.com")
-	path := fmt.Sprintf("/%d/2", x.id)
+	path := fmt.Sprintf("/%d/2", x.ID)
 	req.SetRequestURI(path)
 	if err := tr.RoundTrip(context.Background(), &req, &resp); err == nil {
 		body := resp.Body()
@@ -454,7 +374,7 @@ func (o *h1FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 			resp.CloseBodyStream()
 			body = b
 		}
-		if want := x.token + path; resp.StatusCode() != 200 || string(body) != want {
+		if want := x.Token + path; resp.StatusCode() != 200 || string(body) != want {
 			tb.Fatalf("request 2 got %d %q, want 200 %q, for %s", resp.StatusCode(), body, want, input())
 		}
 	}

@@ -85,6 +85,16 @@ func (e *Engine) ServeRequest(method string, setBody func(*fasthttp.Request)) *f
 	return &ctx
 }
 
+// SetTable changes the listener's routing table as set says, on a copy
+// published in a new snapshot, as a reload would.
+func (e *Engine) SetTable(set func(*route.Table)) {
+	snap := *e.Listener.Snapshot.Load()
+	t := *snap.Tables[0]
+	set(&t)
+	snap.Tables = []*route.Table{&t}
+	e.Listener.Snapshot.Store(&snap)
+}
+
 // AddrConn gives a net.Pipe end a TCP peer address, as accepted sockets
 // have.
 type AddrConn struct{ net.Conn }

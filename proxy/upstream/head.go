@@ -123,38 +123,56 @@ func checkHead(b []byte) error {
 		}
 	}
 	var cl, te bool
-	for {
-		if line, rest, err = nextLine(rest); err != nil {
-			return err
-		}
-		if len(line) == 0 {
-			break // the empty line: the head's end
-		}
-		if line[0] == ' ' || line[0] == '\t' {
+	// rest ends with CR LF CR LF (peekHead): the indexing below stays
+	// within it, as every line stops at a CR.
+	for i := 0; ; {
+		switch rest[i] {
+		case '\r':
+			if rest[i+1] != '\n' {
+				return errLineEnd
+			}
+			return checkFraming(cl, te, http10) // the empty line: the head's end
+		case ' ', '\t':
 			return errObsFold
 		}
-		colon := bytes.IndexByte(line, ':')
-		if colon < 0 {
-			return errFieldLine
+		// The name, a token, then (RFC 9112 §5.1: a proxy removes white
+		// space between a response's field name and colon, as fasthttp
+		// does, and refuses none) spaces, and the colon.
+		start := i
+		for tokenChar[rest[i]] {
+			i++
 		}
-		// RFC 9112 §5.1: a proxy removes white space between a response's
-		// field name and colon (fasthttp does), and refuses none.
-		name := bytes.TrimRight(line[:colon], " ")
-		if len(name) == 0 {
-			return errFieldName
-		}
-		for _, c := range name {
-			if !httpguts.IsTokenRune(rune(c)) {
-				return errFieldName
-			}
+		name := rest[start:i]
+		for rest[i] == ' ' {
+			i++
 		}
 		switch {
+		case rest[i] != ':' && (rest[i] == '\r' || rest[i] == '\n'):
+			return errFieldLine
+		case rest[i] != ':' || len(name) == 0:
+			return errFieldName
 		case len(name) == len("Content-Length") && bytes.EqualFold(name, []byte("Content-Length")):
 			cl = true
 		case len(name) == len("Transfer-Encoding") && bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			te = true
 		}
+		// The value, to the line's CR LF; fasthttp checks its bytes.
+		for i++; rest[i] != '\r'; i++ {
+			if rest[i] == '\n' {
+				return errLineEnd
+			}
+		}
+		if rest[i+1] != '\n' {
+			return errLineEnd
+		}
+		i += 2
 	}
+}
+
+// checkFraming refuses the framings a response may not have: both
+// Content-Length and Transfer-Encoding (RFC 9112 §6.3), and
+// Transfer-Encoding in HTTP/1.0 (RFC 9112 §6.1).
+func checkFraming(cl, te, http10 bool) error {
 	switch {
 	case te && cl:
 		return errBothFramings
@@ -163,6 +181,14 @@ func checkHead(b []byte) error {
 	}
 	return nil
 }
+
+// tokenChar marks the characters of a token (RFC 9110 §5.6.2).
+var tokenChar = func() (t [256]bool) {
+	for c := range 128 {
+		t[c] = httpguts.IsTokenRune(rune(c))
+	}
+	return t
+}()
 
 // validStatus reports whether s is a status code from 100 to 599.
 func validStatus(s []byte) bool {

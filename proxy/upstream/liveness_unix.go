@@ -35,9 +35,8 @@ func (k *idleCheck) init(c net.Conn) {
 }
 
 func (k *idleCheck) peekFD(fd uintptr) {
-	var buf [1]byte
-	_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	// Nothing to read: clean. Otherwise a reset, EOF, or bytes.
+	err := peekSocket(fd)
 	k.dirty = err != syscall.EAGAIN && err != syscall.EINTR
 }
 

@@ -190,6 +190,7 @@ var brokenAnswers = []brokenAnswer{
 	// No CR LF CR LF to wait for: refused at once, not at timeouts.response.
 	{name: "bare LF only", answer: "HTTP/1.1 200 OK\nContent-Length: 2\n\nok", status: 502},
 	{name: "bytes before the status line", answer: "\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", status: 502},
+	{name: "head over 16 KiB", answer: "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", 16<<10) + "\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "HTTP/2.0 status line", answer: "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "status 000", answer: "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok", status: 502},
 	{name: "status 099", answer: "HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\nok", status: 502},

@@ -3,7 +3,6 @@ package upstream
 import (
 	"bufio"
 	"bytes"
-	"errors"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
@@ -62,7 +61,7 @@ func SwitchedToWebSocket(h *fasthttp.ResponseHeader) bool {
 }
 
 // errHeadTooLarge: the head does not fit the read buffer (ReadBufferSize).
-var errHeadTooLarge = errors.New("upstream: response head larger than the read buffer")
+const errHeadTooLarge = InvalidResponse("a head larger than the read buffer (16 KiB)")
 
 var crlfcrlf = []byte("\r\n\r\n")
 

@@ -62,6 +62,10 @@ func TestPeekHead(t *testing.T) {
 	if err != nil || none || string(head) != "HTTP/1.1 200 OK\r\nX: 1\r\n\r\n" || br.Buffered() < len(head) {
 		t.Fatalf("got %q (nothing %v, %v), %d buffered", head, none, err, br.Buffered())
 	}
+	big := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", ReadBufferSize) + "\r\n\r\n"
+	if _, _, err := peekHead(bufio.NewReaderSize(strings.NewReader(big), ReadBufferSize)); err != errHeadTooLarge {
+		t.Fatalf("a head over the buffer: %v, want %v", err, errHeadTooLarge)
+	}
 	if _, none, err := peekHead(bufio.NewReader(strings.NewReader(""))); !none || err == nil {
 		t.Fatalf("an empty stream: nothing %v, %v", none, err)
 	}

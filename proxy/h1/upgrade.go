@@ -2,7 +2,6 @@ package h1
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -27,18 +26,7 @@ import (
 // served as HTTP/1.1, which RFC 9110 §7.8 allows: in a list, ebb could
 // not tell which protocol an origin switched to, and an h2c tunnel would
 // carry requests past ebb's routing.
-func isWebSocket(h *fasthttp.RequestHeader) bool {
-	lines := 0
-	ok := false
-	for k, v := range h.All() {
-		if !bytes.EqualFold(k, []byte("Upgrade")) {
-			continue
-		}
-		lines++
-		ok = bytes.EqualFold(bytes.Trim(v, " \t"), []byte("websocket"))
-	}
-	return lines == 1 && ok
-}
+func isWebSocket(h *fasthttp.RequestHeader) bool { return upstream.WebSocketOnly(h.All()) }
 
 // sendUpgrade forwards a request asking for a WebSocket upgrade, on a
 // connection of its own. On 101 the client connection is hijacked and

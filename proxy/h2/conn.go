@@ -27,6 +27,7 @@ package h2
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -1186,32 +1187,11 @@ func (st *Stream) setPseudo() string {
 	// see another request. Without :authority the first host is the
 	// authority, and a second one must agree with it.
 	for i := range st.fields.Len() {
-		if name, value := st.fields.At(i); string(name) == "host" && !equalFold(value, st.authority) {
+		if name, value := st.fields.At(i); string(name) == "host" && !bytes.EqualFold(value, st.authority) {
 			return "host other than :authority"
 		}
 	}
 	return ""
-}
-
-// equalFold reports whether a and b are equal, ASCII letters compared
-// without their case.
-func equalFold(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // validScheme reports whether s is a URI scheme (RFC 3986 §3.1):

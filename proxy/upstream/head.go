@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"iter"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
@@ -46,18 +47,25 @@ const (
 const ErrNotWebSocket = InvalidResponse("101 Switching Protocols without Upgrade: websocket and Connection: Upgrade")
 
 // SwitchedToWebSocket reports whether the 101 answer h switched to
-// WebSocket: one Upgrade line, "websocket", and Connection lists
-// "upgrade".
+// WebSocket: Upgrade is "websocket" alone (WebSocketOnly), and
+// Connection lists "upgrade".
 func SwitchedToWebSocket(h *fasthttp.ResponseHeader) bool {
+	return WebSocketOnly(h.All()) && h.ConnectionUpgrade()
+}
+
+// WebSocketOnly reports whether the fields of a message (a request
+// asking for an upgrade, or its 101) hold one Upgrade line, and that it
+// is "websocket" alone (RFC 6455 §4.1): not a list, not a version.
+func WebSocketOnly(fields iter.Seq2[[]byte, []byte]) bool {
 	lines := 0
 	ok := false
-	for k, v := range h.All() {
+	for k, v := range fields {
 		if bytes.EqualFold(k, []byte("Upgrade")) {
 			lines++
 			ok = bytes.EqualFold(bytes.Trim(v, " \t"), []byte("websocket"))
 		}
 	}
-	return lines == 1 && ok && h.ConnectionUpgrade()
+	return lines == 1 && ok
 }
 
 // errHeadTooLarge: the head does not fit the read buffer (ReadBufferSize).

@@ -146,10 +146,11 @@ func carryAttempt(a *Attempt) *httptrace.ClientTrace {
 // the final answer (net/http returns a 101 so: ebb never asks for an
 // upgrade here), or a status over 599 (RFC 9110 §15; net/http takes any
 // number for an HTTP/2 :status). net/http checks field names and values
-// and pseudo-header fields itself. Connection-specific fields in an HTTP/2 response (RFC
-// 9113 §8.2.2 makes it malformed) are let through and dropped by the
-// header rules: servers in use send them (Go's sends Keep-Alive when its
-// handler sets it), and HTTP/2's framing does not rest on them.
+// and pseudo-header fields itself. Connection-specific fields in an
+// HTTP/2 response (RFC 9113 §8.2.2 makes it malformed) are let through
+// and dropped by the header rules: servers in use send them (Go's sends
+// Keep-Alive when its handler sets it), and HTTP/2's framing does not
+// rest on them.
 func CheckHTTPResponse(resp *http.Response) error {
 	switch {
 	case resp.StatusCode < 200:

@@ -389,8 +389,13 @@ type Drain struct {
 	AcceptUntil string         `key:"accept_until"`
 	HTTP1       DrainHTTP1     `key:"http1"`
 	HTTP2       DrainHTTP2     `key:"http2"`
-	Signals     []string       `key:"signals"`
-	App         App            `key:"app"`
+	WebSocket   DrainWebSocket `key:"websocket"`
+	// EventStreams says which text/event-stream responses the drain ends
+	// after a complete event: EventStreamsResumable, EventStreamsAll or
+	// EventStreamsOff.
+	EventStreams string   `key:"event_streams"`
+	Signals      []string `key:"signals"`
+	App          App      `key:"app"`
 	// Report, if set, is the file the drain's timeline is written to at
 	// exit: JSON when it ends in .json, else the HTML page.
 	Report string `key:"report"`
@@ -413,6 +418,38 @@ type DrainHTTP1 struct {
 type DrainHTTP2 struct {
 	GoawayGrace time.Duration `key:"goaway_grace"`
 }
+
+// DrainWebSocket holds the WebSocket specifics of the drain.
+type DrainWebSocket struct {
+	// Close is when a tunnelled WebSocket is told to go away (a close
+	// frame with status 1001): WebSocketAtSignal or WebSocketAtDeadline.
+	Close string `key:"close"`
+	// Grace bounds each side's answer to the close frame ebb sends it
+	// (and the wait for the frame in flight to end before it); at most a
+	// quarter of the drain's timeout is used.
+	Grace time.Duration `key:"grace"`
+}
+
+// When the drain closes WebSockets.
+const (
+	// WebSocketAtSignal: at the connection's moment in the signal phase,
+	// spread with the keep-alive closes.
+	WebSocketAtSignal = "at_signal"
+	// WebSocketAtDeadline: as late as the deadline allows, spread over
+	// drain.spread ending 2×grace before drain.timeout.
+	WebSocketAtDeadline = "at_deadline"
+)
+
+// Which event streams the drain ends.
+const (
+	// EventStreamsResumable: those that have sent an event with an id
+	// field, which a client resumes with Last-Event-ID.
+	EventStreamsResumable = "resumable"
+	// EventStreamsAll: every text/event-stream response.
+	EventStreamsAll = "all"
+	// EventStreamsOff: none; they last until they end or the deadline.
+	EventStreamsOff = "off"
+)
 
 // App names the application whose exit ends ebb's drain.
 type App struct {

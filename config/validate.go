@@ -417,6 +417,9 @@ func (v *validator) drain(d Drain) {
 		v.add("drain.min_duration", "%s is longer than drain.timeout (%s)", *d.MinDuration, d.Timeout)
 	}
 	v.oneOf("drain.accept_until", d.AcceptUntil, AcceptUntilExit, AcceptUntilAfterDelay, AcceptUntilImmediately)
+	v.oneOf("drain.websocket.close", d.WebSocket.Close, WebSocketAtSignal, WebSocketAtDeadline)
+	v.positive("drain.websocket.grace", d.WebSocket.Grace)
+	v.oneOf("drain.event_streams", d.EventStreams, EventStreamsResumable, EventStreamsAll, EventStreamsOff)
 	if len(d.Signals) == 0 {
 		v.add("drain.signals", "expected at least one signal, such as SIGTERM")
 	}

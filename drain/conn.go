@@ -17,6 +17,9 @@ const (
 	ProtoUnknown Protocol = iota
 	ProtoHTTP1
 	ProtoHTTP2
+	// ProtoWebSocket: an HTTP/1 connection upgraded to a WebSocket, its
+	// frames relayed to an upstream (a tunnel).
+	ProtoWebSocket
 	numProtocols
 )
 
@@ -26,6 +29,8 @@ func (p Protocol) String() string {
 		return "http1"
 	case ProtoHTTP2:
 		return "http2"
+	case ProtoWebSocket:
+		return "websocket"
 	}
 	return "unknown"
 }
@@ -33,8 +38,8 @@ func (p Protocol) String() string {
 // State is where a downstream connection is in its life.
 type State int32
 
-// States. Upgraded connections (WebSocket and other Upgrade) have left
-// HTTP: they cannot be told to close in-band.
+// States. Upgraded connections (WebSocket tunnels) have left HTTP: the
+// drain tells them to go away in their own protocol (Conn.Tunnel).
 const (
 	StateNew State = iota
 	StateActive
@@ -111,10 +116,11 @@ type Conn struct {
 	// each response instead.
 	closeReq  atomic.Bool
 	smu       sync.Mutex
-	onSignal  func()       // guarded by smu
-	streams   func() int   // guarded by smu: the engine's count of open streams (HTTP/2)
-	signaled  time.Time    // guarded by smu: when closeReq was set
-	idleSince atomic.Int64 // unix nanoseconds; 0 unless idle
+	onSignal  func()                    // guarded by smu
+	onTunnel  func(grace time.Duration) // guarded by smu: the tunnel's close (Tunnel), nil once run
+	streams   func() int                // guarded by smu: the engine's count of open streams (HTTP/2)
+	signaled  time.Time                 // guarded by smu: when closeReq was set
+	idleSince atomic.Int64              // unix nanoseconds; 0 unless idle
 
 	// The idle close's handshake (idleclose.go): the controller asks, the
 	// reading goroutine answers. readDL is the read deadline last set
@@ -367,7 +373,50 @@ func (c *Conn) OnSignal(f func()) {
 	}
 }
 
-// signal gives the connection its close signal, once.
+// Tunnel marks the connection as a WebSocket tunnel (protocol
+// websocket, state upgraded) that end can close in-band: end sends the
+// client a close frame with status 1001 and runs the close handshake on
+// both sides, each given grace to answer. The drain calls end once, at
+// the connection's moment (drain.websocket.close: at_signal) or in the
+// tunnels' own window before the deadline (at_deadline); at once if that
+// has passed already (a WebSocket opened on a connection that had its
+// moment). end is called from the drain's goroutine and must not block.
+func (c *Conn) Tunnel(end func(grace time.Duration)) {
+	c.SetProtocol(ProtoWebSocket)
+	c.SetState(StateUpgraded)
+	c.smu.Lock()
+	c.onTunnel = end
+	c.smu.Unlock()
+	if c.reg != nil && c.reg.tunnelDue(c.closeReq.Load()) {
+		c.endTunnel()
+	}
+}
+
+// endTunnel runs the tunnel's close, once; it reports whether the
+// connection is a tunnel whose close had not run yet.
+func (c *Conn) endTunnel() bool {
+	c.smu.Lock()
+	f := c.onTunnel
+	c.onTunnel = nil
+	c.smu.Unlock()
+	if f == nil {
+		return false
+	}
+	f(c.reg.tunnelGrace())
+	return true
+}
+
+// isTunnel reports whether the connection is a tunnel not yet closed by
+// the drain.
+func (c *Conn) isTunnel() bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.onTunnel != nil
+}
+
+// signal gives the connection its close signal, once: the engine's
+// in-band signal, and a tunnel's close unless tunnels close at the
+// deadline.
 func (c *Conn) signal(now time.Time) {
 	c.smu.Lock()
 	if c.closeReq.Load() {
@@ -380,6 +429,9 @@ func (c *Conn) signal(now time.Time) {
 	c.smu.Unlock()
 	if f != nil {
 		f()
+	}
+	if c.reg != nil && c.reg.tunnelDue(true) {
+		c.endTunnel()
 	}
 }
 

@@ -195,7 +195,13 @@ type run struct {
 	queue    []*Conn   // connections waiting for their moment, in order
 	moments  time.Time // when the signal phase began
 	signaled int       // how many of queue have had their moment
-	appGone  bool
+	// The tunnels' window (drain.websocket.close: at_deadline): the
+	// WebSockets open when it begins, each closed at its own moment of
+	// it, from tunnelsAt on.
+	tunnels      []*Conn
+	tunnelsAt    time.Time
+	tunnelsEnded int
+	appGone      bool
 }
 
 // Run waits for the trigger, then runs the timeline of DRAIN.md until one
@@ -217,6 +223,10 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 
 	c.reg.watching.Store(true)
 	defer c.reg.watching.Store(false)
+	// Both sides of a WebSocket answer within 2×grace: at most half the
+	// deadline.
+	c.reg.wsGrace.Store(int64(min(d.WebSocket.Grace, d.Timeout/4)))
+	c.reg.wsAtDeadline.Store(d.WebSocket.Close == config.WebSocketAtDeadline)
 	c.tl.begin(start, cause, d)
 	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(),
 		"delay", d.Delay.String(), "spread", d.Spread.String(), "timeout", d.Timeout.String())
@@ -231,6 +241,19 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	// connection's moment, then the end of the signal phase.
 	step := time.NewTimer(time.Until(start.Add(d.Delay)))
 	defer step.Stop()
+	// tunnels steps the tunnels' window (at_deadline only): it begins
+	// spread + 2×grace before the deadline, so that the last close
+	// handshake ends before it, and never before the signal phase.
+	tunnels := time.NewTimer(time.Hour)
+	tunnels.Stop()
+	defer tunnels.Stop()
+	if c.reg.wsAtDeadline.Load() {
+		at := start.Add(d.Timeout - d.Spread - 2*c.reg.tunnelGrace())
+		if sig := start.Add(d.Delay); at.Before(sig) {
+			at = sig
+		}
+		tunnels.Reset(time.Until(at))
+	}
 	// wake re-examines the exit conditions and idle connections when one
 	// of them may have become due.
 	wake := time.NewTimer(time.Hour)
@@ -254,6 +277,11 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 			if next, ok := r.step(time.Now()); ok {
 				step.Reset(time.Until(next))
 			}
+		case <-tunnels.C:
+			if next, ok := r.stepTunnels(time.Now()); ok {
+				tunnels.Reset(time.Until(next))
+			}
+			continue
 		case <-appGone:
 			r.appGone, appGone = true, nil
 		case <-c.reg.kick:
@@ -341,6 +369,36 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 	}
 	r.queue = nil
 	r.enter(PhaseWait)
+	return time.Time{}, false
+}
+
+// stepTunnels advances the tunnels' window at now (at_deadline): at its
+// start every WebSocket open is given a moment, spread like the signal
+// phase's over drain.spread, and those opened from then on are closed at
+// once (Conn.Tunnel). It returns when it must be called next, if ever.
+func (r *run) stepTunnels(now time.Time) (time.Time, bool) {
+	if r.tunnelsAt.IsZero() {
+		r.tunnelsAt = now
+		r.reg.wsWindow.Store(true)
+		for _, c := range r.reg.Conns() {
+			if c.Drainable && c.CloseRequested() && c.isTunnel() {
+				r.tunnels = append(r.tunnels, c)
+			}
+		}
+		rand.Shuffle(len(r.tunnels), func(i, j int) { r.tunnels[i], r.tunnels[j] = r.tunnels[j], r.tunnels[i] })
+		r.log.Info("drain: closing WebSockets", "websockets", len(r.tunnels), "over", r.cfg.Spread.String())
+	}
+	n := len(r.tunnels)
+	for r.tunnelsEnded < n {
+		at := r.tunnelsAt.Add(r.cfg.Spread * time.Duration(r.tunnelsEnded) / time.Duration(n))
+		if at.After(now) {
+			return at, true
+		}
+		r.tunnels[r.tunnelsEnded].endTunnel()
+		r.tunnels[r.tunnelsEnded] = nil
+		r.tunnelsEnded++
+	}
+	r.tunnels = nil
 	return time.Time{}, false
 }
 

@@ -29,6 +29,13 @@ type Registry struct {
 	// signalNew: the drain's signal phase has begun, so connections
 	// arriving now get their close signal at once.
 	signalNew atomic.Bool
+	// The drain's WebSocket settings, set when it begins: tunnels close
+	// at their connection's moment unless wsAtDeadline, and then once
+	// wsWindow (their window before the deadline) has begun; each side
+	// has wsGrace (nanoseconds) to answer a close frame.
+	wsAtDeadline atomic.Bool
+	wsWindow     atomic.Bool
+	wsGrace      atomic.Int64
 	// watching: the controller wants to hear of every change (kick).
 	watching atomic.Bool
 	kick     chan struct{} // capacity 1
@@ -39,9 +46,16 @@ type Stats struct {
 	// Phase is the drain's Phase.
 	Phase atomic.Int32
 	// CloseSignals counts, by protocol, the close signals passed on:
-	// responses sent with Connection: close because of the drain (HTTP/1)
-	// and two-phase GOAWAYs begun (HTTP/2).
+	// responses sent with Connection: close because of the drain (HTTP/1),
+	// two-phase GOAWAYs begun (HTTP/2) and close frames with status 1001
+	// sent to WebSocket clients.
 	CloseSignals [numProtocols]atomic.Int64
+	// EventStreamEnds counts the event streams (text/event-stream
+	// responses) the drain ended after a complete event.
+	EventStreamEnds atomic.Int64
+	// EventStreams is the number of event-stream responses being relayed
+	// now, on any protocol (a gauge: the engines add and remove).
+	EventStreams atomic.Int64
 	// IdleCloses counts idle HTTP/1 connections the drain closed.
 	IdleCloses atomic.Int64
 	// ForcedCloses counts connections closed at the deadline or on a
@@ -113,6 +127,27 @@ func (r *Registry) remove(c *Conn) {
 	}
 	r.mu.Unlock()
 	r.changed()
+}
+
+// DefaultTunnelGrace is each side's time to answer a WebSocket close frame
+// when the drain has not said (drain.websocket.grace's default).
+const DefaultTunnelGrace = 2 * time.Second
+
+// tunnelDue reports whether a tunnel on a connection whose close signal
+// has (signaled) or has not been given must be closed now.
+func (r *Registry) tunnelDue(signaled bool) bool {
+	if !signaled {
+		return false
+	}
+	return !r.wsAtDeadline.Load() || r.wsWindow.Load()
+}
+
+// tunnelGrace is each side's time to answer a close frame.
+func (r *Registry) tunnelGrace() time.Duration {
+	if g := time.Duration(r.wsGrace.Load()); g > 0 {
+		return g
+	}
+	return DefaultTunnelGrace
 }
 
 // changed tells a watching controller that a connection arrived, left or

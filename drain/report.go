@@ -48,12 +48,16 @@ var panels = []struct {
 	{"Open connections and requests in flight", []series{
 		{"http1", "HTTP/1 connections", "#1f77b4", func(ss []Sample, n int) float64 { return float64(ss[n].Connections.HTTP1.Total()) }},
 		{"http2", "HTTP/2 connections", "#ff7f0e", func(ss []Sample, n int) float64 { return float64(ss[n].Connections.HTTP2.Total()) }},
+		{"websocket", "WebSockets", "#637939", func(ss []Sample, n int) float64 { return float64(ss[n].Connections.WebSocket.Total()) }},
+		{"event_streams", "event streams", "#e7969c", func(ss []Sample, n int) float64 { return float64(ss[n].EventStreams) }},
 		{"unknown", "silent connections", "#7f7f7f", func(ss []Sample, n int) float64 { return float64(ss[n].Connections.Unknown.Total()) }},
 		{"in_flight", "requests in flight", "#2ca02c", func(ss []Sample, n int) float64 { return float64(ss[n].InFlight) }},
 	}},
 	{"What the drain did (cumulative)", []series{
 		{"close_http1", "Connection: close sent", "#9467bd", func(ss []Sample, n int) float64 { return float64(ss[n].CloseSignals.HTTP1) }},
 		{"close_http2", "GOAWAY begun", "#8c564b", func(ss []Sample, n int) float64 { return float64(ss[n].CloseSignals.HTTP2) }},
+		{"close_websocket", "WebSocket close (1001) sent", "#843c39", func(ss []Sample, n int) float64 { return float64(ss[n].CloseSignals.WebSocket) }},
+		{"ended_event_streams", "event streams ended", "#7b4173", func(ss []Sample, n int) float64 { return float64(ss[n].CloseSignals.EventStreams) }},
 		{"idle_closes", "idle connections closed", "#17becf", func(ss []Sample, n int) float64 { return float64(ss[n].IdleCloses) }},
 		{"forced_closes", "closed by force", "#e377c2", func(ss []Sample, n int) float64 { return float64(ss[n].ForcedCloses) }},
 		{"upstream_dials", "upstream dials", "#bcbd22", func(ss []Sample, n int) float64 { return float64(ss[n].Dials) }},

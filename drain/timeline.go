@@ -76,6 +76,9 @@ type Sample struct {
 	// InFlight counts the requests being served: one per active HTTP/1
 	// connection, the open streams of each HTTP/2 one.
 	InFlight int `json:"in_flight"`
+	// EventStreams counts the event-stream responses being relayed (they
+	// are among InFlight).
+	EventStreams int64 `json:"event_streams"`
 	// Requests counts the requests received since the trigger.
 	Requests     int64        `json:"requests"`
 	CloseSignals CloseSignals `json:"close_signals"`
@@ -91,11 +94,13 @@ type Sample struct {
 // Connections are the open downstream connections by protocol and state.
 type Connections struct {
 	Total int `json:"total"`
-	// HTTP1 and HTTP2 by state; Unknown are those that have not sent a
+	// HTTP1 and HTTP2 by state; WebSocket, the HTTP/1 connections
+	// upgraded to WebSocket tunnels; Unknown, those that have not sent a
 	// byte yet.
-	HTTP1   States `json:"http1"`
-	HTTP2   States `json:"http2"`
-	Unknown States `json:"unknown"`
+	HTTP1     States `json:"http1"`
+	HTTP2     States `json:"http2"`
+	WebSocket States `json:"websocket"`
+	Unknown   States `json:"unknown"`
 }
 
 // States counts connections by state.
@@ -110,10 +115,14 @@ type States struct {
 func (s States) Total() int { return s.New + s.Active + s.Idle + s.Upgraded }
 
 // CloseSignals counts the close signals passed on: Connection: close
-// (HTTP/1) and two-phase GOAWAYs begun (HTTP/2).
+// (HTTP/1), two-phase GOAWAYs begun (HTTP/2), close frames with status
+// 1001 sent to WebSocket clients, and event streams ended after an
+// event.
 type CloseSignals struct {
-	HTTP1 int64 `json:"http1"`
-	HTTP2 int64 `json:"http2"`
+	HTTP1        int64 `json:"http1"`
+	HTTP2        int64 `json:"http2"`
+	WebSocket    int64 `json:"websocket"`
+	EventStreams int64 `json:"event_streams"`
 }
 
 // Outcome is how a drain ended.
@@ -236,7 +245,10 @@ func (r *Registry) sample(now, start time.Time, timeout time.Duration) Sample {
 		AtMS:  now.Sub(start).Milliseconds(),
 		Phase: Phase(st.Phase.Load()).String(),
 		CloseSignals: CloseSignals{HTTP1: st.CloseSignals[ProtoHTTP1].Load(),
-			HTTP2: st.CloseSignals[ProtoHTTP2].Load()},
+			HTTP2:        st.CloseSignals[ProtoHTTP2].Load(),
+			WebSocket:    st.CloseSignals[ProtoWebSocket].Load(),
+			EventStreams: st.EventStreamEnds.Load()},
+		EventStreams: st.EventStreams.Load(),
 		Requests:     st.Requests.Load(),
 		IdleCloses:   st.IdleCloses.Load(),
 		ForcedCloses: st.ForcedCloses.Load(),
@@ -254,6 +266,8 @@ func (r *Registry) sample(now, start time.Time, timeout time.Duration) Sample {
 			by = &s.Connections.HTTP1
 		case ProtoHTTP2:
 			by = &s.Connections.HTTP2
+		case ProtoWebSocket:
+			by = &s.Connections.WebSocket
 		default:
 			by = &s.Connections.Unknown
 		}
@@ -293,10 +307,11 @@ func summary(rep *Report, o Outcome, first, last Sample) string {
 		fmt.Fprintf(&b, "was forced to end after %.2fs: %d connections were closed at once.", took, o.ForcedCloses)
 	}
 	fc := first.Connections
-	fmt.Fprintf(&b, " At the trigger: %d connections (%d HTTP/1, %d HTTP/2, %d silent), %d requests in flight.",
-		fc.Total, fc.HTTP1.Total(), fc.HTTP2.Total(), fc.Unknown.Total(), first.InFlight)
-	fmt.Fprintf(&b, " Close signals: %d Connection: close, %d GOAWAY; %d idle connections closed, %d forced.",
-		last.CloseSignals.HTTP1, last.CloseSignals.HTTP2, last.IdleCloses, last.ForcedCloses)
+	fmt.Fprintf(&b, " At the trigger: %d connections (%d HTTP/1, %d HTTP/2, %d WebSocket, %d silent), %d requests in flight (%d event streams).",
+		fc.Total, fc.HTTP1.Total(), fc.HTTP2.Total(), fc.WebSocket.Total(), fc.Unknown.Total(), first.InFlight, first.EventStreams)
+	cs := last.CloseSignals
+	fmt.Fprintf(&b, " Close signals: %d Connection: close, %d GOAWAY, %d WebSocket close (1001), %d event streams ended; %d idle connections closed, %d forced.",
+		cs.HTTP1, cs.HTTP2, cs.WebSocket, cs.EventStreams, last.IdleCloses, last.ForcedCloses)
 	fmt.Fprintf(&b, " During the drain: %d requests received, %d upstream connections dialled, %d errors made by ebb.",
 		last.Requests, last.Dials, last.Errors)
 	b.WriteString(" Phases:")

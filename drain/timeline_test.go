@@ -99,7 +99,7 @@ func TestTimelineRecordsDrain(t *testing.T) {
 			t.Fatalf("outcome %+v", rep.Outcome)
 		}
 		for _, want := range []string{"The drain (test) ended drained after 5.00s of its 30s deadline",
-			"3 connections (2 HTTP/1, 1 HTTP/2, 0 silent), 3 requests in flight",
+			"3 connections (2 HTTP/1, 1 HTTP/2, 0 WebSocket, 0 silent), 3 requests in flight (0 event streams)",
 			"2 idle connections closed, 0 forced", "1 errors made by ebb",
 			"announce at 0.00s, signal at 2.00s, wait at 4.00s, exit at 5.00s."} {
 			if !strings.Contains(rep.Outcome.Summary, want) {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -178,42 +179,136 @@ func TestH2CUpgradeOfferDeclined(t *testing.T) {
 	}
 }
 
-// TestWebSocketDuringDrain keeps a WebSocket open across SIGTERM: it keeps
-// working while ebb drains, and once the client closes it ebb exits 0
-// (drained, nothing closed by force).
-func TestWebSocketDuringDrain(t *testing.T) {
+// TestWebSocketDrain: WebSockets held through ebb when it is told to stop,
+// in cleartext and over TLS, as a chat's clients hold them: each client
+// gets a close frame with status 1001 (going away) and ebb's reason, at
+// its own moment of the spread, and reconnects to a second ebb, where its
+// WebSocket works; the origin gets a close frame with 1001 for each one;
+// the draining ebb exits 0 (drained, nothing closed by force) once they
+// are gone, and its summary counts them as WebSockets.
+func TestWebSocketDrain(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { echoWebSocket(w, r, nil) }))
-	e := startEbb(t, singleClusterYAML(hostPort(origin)))
-	dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
-	c, _, err := dialer.Dial("ws://"+e.addr("public")+"/ws", nil)
-	if err != nil {
-		t.Fatal(err)
+	const perListener = 4
+	closes := make(chan string, 4*perListener)
+	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var up websocket.Upgrader
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			typ, msg, err := c.ReadMessage()
+			if err != nil {
+				if r.URL.Path != "/chat" {
+					return // a reconnected client, closed with the test
+				}
+				if ce, ok := err.(*websocket.CloseError); ok {
+					closes <- fmt.Sprintf("%d %s", ce.Code, ce.Text)
+				} else {
+					closes <- err.Error()
+				}
+				return
+			}
+			c.WriteMessage(typ, msg)
+		}
+	}))
+	cert, key, pool := writeTestCert(t, t.TempDir())
+	yaml := fmt.Sprintf(`admin: { address: 127.0.0.1:0 }
+listeners:
+  - { name: public, address: 127.0.0.1:0, routes: [{ cluster: app }] }
+  - name: secure
+    address: 127.0.0.1:0
+    tls: { cert: %q, key: %q }
+    routes: [{ cluster: app }]
+clusters:
+  - { name: app, discovery: { static: [%q] } }
+drain:
+  spread: 1s
+  quiet: 200ms
+  timeout: 20s
+  websocket: { close: at_signal, grace: 1s }
+`, cert, key, hostPort(origin))
+	a, b := startEbb(t, yaml), startEbb(t, yaml)
+	dialer := websocket.Dialer{HandshakeTimeout: waitTimeout, TLSClientConfig: &tls.Config{RootCAs: pool}}
+	url := func(e *ebbProc, listener, path string) string {
+		if listener == "secure" {
+			return "wss://" + e.addr(listener) + path
+		}
+		return "ws://" + e.addr(listener) + path
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(waitTimeout))
-	echo := func(msg string) {
-		t.Helper()
+	echo := func(c *websocket.Conn, msg string) error {
 		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
-			t.Fatalf("writing %q: %v", msg, err)
+			return err
 		}
 		if _, got, err := c.ReadMessage(); err != nil || string(got) != msg {
-			t.Fatalf("echo of %q: %q, %v", msg, got, err)
+			return fmt.Errorf("echo of %q: %q, %v", msg, got, err)
+		}
+		return nil
+	}
+	type client struct {
+		listener string
+		c        *websocket.Conn
+	}
+	var clients []client
+	for _, l := range []string{"public", "secure"} {
+		for i := range perListener {
+			c, _, err := dialer.Dial(url(a, l, "/chat"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			c.SetReadDeadline(time.Now().Add(waitTimeout))
+			if err := echo(c, fmt.Sprintf("%s %d", l, i)); err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, client{l, c})
 		}
 	}
-	echo("before")
-	e.signal(syscall.SIGTERM)
-	if status, _ := pollReady(t, e); status != 503 {
-		t.Fatalf("/ready: %d during the drain, want 503", status)
+	trigger := time.Now()
+	a.signal(syscall.SIGTERM)
+	// Each client reads until its close frame, then reconnects to b, as a
+	// chat client reconnects (through a Service, to another replica).
+	errs := make(chan error, len(clients))
+	for _, cl := range clients {
+		go func() {
+			_, _, err := cl.c.ReadMessage()
+			ce, ok := err.(*websocket.CloseError)
+			if !ok || ce.Code != websocket.CloseGoingAway || ce.Text != "ebb: draining" {
+				errs <- fmt.Errorf("%s: %v, want a close frame with 1001 and ebb's reason", cl.listener, err)
+				return
+			}
+			again, _, err := dialer.Dial(url(b, cl.listener, "/again"), nil)
+			if err != nil {
+				errs <- fmt.Errorf("%s: reconnecting to the second ebb: %w", cl.listener, err)
+				return
+			}
+			defer again.Close()
+			again.SetReadDeadline(time.Now().Add(waitTimeout))
+			errs <- echo(again, "after the reconnect")
+		}()
 	}
-	echo("during the drain")
-	c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
-	if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
-		t.Fatalf("after close: %v", err)
+	for range clients {
+		if err := recv(t, errs, "a client's close and reconnect"); err != nil {
+			t.Error(err)
+		}
 	}
-	c.Close()
-	if code := e.exit(); code != 0 {
-		t.Fatalf("exit status %d, want 0 once the WebSocket closed; log:\n%s", code, e.logs())
+	for range clients {
+		if got := recv(t, closes, "the origin's close"); got != "1001 ebb: draining" {
+			t.Errorf("origin: %s, want a close frame with 1001 and ebb's reason", got)
+		}
+	}
+	exitAt := awaitExit(t, a, "the draining ebb to exit")
+	t.Logf("ebb exited %v after the trigger", exitAt.Sub(trigger).Round(time.Millisecond))
+	if code := a.exit(); code != 0 {
+		t.Fatalf("exit status %d, want 0 (drained); log:\n%s", code, a.logs())
+	}
+	checkDrainEnd(t, a, "drained")
+	recs := a.logRecords("drain summary")
+	want := fmt.Sprintf("%d connections (0 HTTP/1, 0 HTTP/2, %d WebSocket, 0 silent)", len(clients), len(clients))
+	if len(recs) != 1 || !strings.Contains(fmt.Sprint(recs[0]["summary"]), want) ||
+		!strings.Contains(fmt.Sprint(recs[0]["summary"]), fmt.Sprintf("%d WebSocket close (1001)", len(clients))) {
+		t.Errorf("drain summary %v, want %q and %d WebSocket close (1001)", recs, want, len(clients))
 	}
 }
 

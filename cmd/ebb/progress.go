@@ -128,8 +128,8 @@ func (v *progressView) end() {
 // progressLine is one sample as a person reads it.
 func progressLine(s drain.Sample) string {
 	c := s.Connections
-	return fmt.Sprintf("drain %-8s %5.1fs since the trigger, %5.1fs left | connections %d: HTTP/1 %d, HTTP/2 %d, silent %d | in flight %d",
-		s.Phase, ms(s.AtMS).Seconds(), ms(s.LeftMS).Seconds(), c.Total, c.HTTP1.Total(), c.HTTP2.Total(), c.Unknown.Total(), s.InFlight)
+	return fmt.Sprintf("drain %-8s %5.1fs since the trigger, %5.1fs left | connections %d: HTTP/1 %d, HTTP/2 %d, WebSocket %d, silent %d | in flight %d (event streams %d)",
+		s.Phase, ms(s.AtMS).Seconds(), ms(s.LeftMS).Seconds(), c.Total, c.HTTP1.Total(), c.HTTP2.Total(), c.WebSocket.Total(), c.Unknown.Total(), s.InFlight, s.EventStreams)
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -55,7 +55,7 @@ func startDrainingEbb(t *testing.T) string {
 // then the exit.
 func TestDrainWaitProgress(t *testing.T) {
 	checkGoroutines(t)
-	line := regexp.MustCompile(`^drain (announce|signal|wait|exit) +\d+\.\ds since the trigger, +\d+\.\ds left \| connections 0: HTTP/1 0, HTTP/2 0, silent 0 \| in flight 0$`)
+	line := regexp.MustCompile(`^drain (announce|signal|wait|exit) +\d+\.\ds since the trigger, +\d+\.\ds left \| connections 0: HTTP/1 0, HTTP/2 0, WebSocket 0, silent 0 \| in flight 0 \(event streams 0\)$`)
 	for _, mode := range []string{progressLines, progressInPlace, progressOff} {
 		t.Run(mode, func(t *testing.T) {
 			addr := startDrainingEbb(t)

@@ -2,14 +2,11 @@ package h1
 
 import (
 	"bufio"
-	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/headers"
@@ -30,9 +27,9 @@ func isWebSocket(h *fasthttp.RequestHeader) bool { return upstream.WebSocketOnly
 
 // sendUpgrade forwards a request asking for a WebSocket upgrade, on a
 // connection of its own. On 101 the client connection is hijacked and
-// bytes are relayed both ways until either side closes; the connection is
-// then "upgraded" in the registry, which a drain can only close at its
-// deadline. Any other answer is relayed as an ordinary response, its body
+// its frames relayed both ways (wsTunnel) until either side closes; the
+// connection is then a WebSocket tunnel in the registry, which the drain
+// tells to go away with a close frame (drain.Conn.Tunnel). Any other answer is relayed as an ordinary response, its body
 // streamed from that connection, which closes after it.
 func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (_ int, _ *cluster.Endpoint, err error) {
 	ctx, conn := c.ctx, c.conn
@@ -93,17 +90,19 @@ func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (_ int, _ *clu
 	head := append([]byte(nil), resp.Header.Header()...)
 	tun := &tunnel{}
 	c.tun = tun
+	stats := &c.s.l.Registry.Stats
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(down net.Conn) {
-		if conn != nil {
-			conn.SetState(drain.StateUpgraded)
-		}
 		if _, err := down.Write(head); err != nil {
 			up.Close()
 			tun.end(0, 0)
 			return
 		}
-		tun.end(relay(down, conn, up, br))
+		ws := newTunnel(down, conn, up, br, stats)
+		if conn != nil {
+			conn.Tunnel(ws.ask)
+		}
+		tun.end(ws.run())
 	})
 	return fasthttp.StatusSwitchingProtocols, ep, nil
 }
@@ -163,32 +162,4 @@ func (b *closingBody) Close() error {
 		b.watch = nil
 	}
 	return b.up.CloseBodyStream()
-}
-
-// relay copies bytes both ways between an upgraded client connection and
-// its upstream. As in net/http/httputil, the first direction to end ends
-// both: the connections are closed and the other copy returns. down reads
-// through the engine's buffer (it may hold bytes the client sent right
-// after its request); conn is the same client connection, closed at the
-// end so that the registry sees it go. It returns the bytes relayed up
-// and down.
-func relay(down net.Conn, conn *drain.Conn, up *upstream.Conn, upReader *bufio.Reader) (sentUp, sentDown int64) {
-	done := make(chan struct{}, 2)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		sentUp, _ = io.Copy(up, down)
-		done <- struct{}{}
-	})
-	wg.Go(func() {
-		sentDown, _ = io.Copy(down, upReader)
-		done <- struct{}{}
-	})
-	<-done
-	up.Close()
-	down.Close()
-	if conn != nil {
-		conn.Close()
-	}
-	wg.Wait()
-	return sentUp, sentDown
 }

@@ -110,7 +110,12 @@ func drainMetrics(m metric.Meter, st *drain.Stats) error {
 		return err
 	}
 	signals, err := m.Int64ObservableCounter("ebb.drain.close_signals",
-		metric.WithDescription("Close signals passed on during the drain: responses with Connection: close (http1), two-phase GOAWAYs begun (http2)."))
+		metric.WithDescription("Close signals passed on during the drain: responses with Connection: close (http1), two-phase GOAWAYs begun (http2), close frames with status 1001 sent to WebSocket clients (websocket), event streams ended after an event (event_stream)."))
+	if err != nil {
+		return err
+	}
+	streams, err := m.Int64ObservableGauge("ebb.downstream.event_streams",
+		metric.WithDescription("Event-stream (text/event-stream) responses being relayed to clients."))
 	if err != nil {
 		return err
 	}
@@ -124,7 +129,7 @@ func drainMetrics(m metric.Meter, st *drain.Stats) error {
 		{"ebb.drain.upstream_dials", "Upstream connections opened during the drain.", &st.Dials},
 		{"ebb.drain.errors", "5xx responses ebb made itself during the drain (no endpoint, an upstream failure): errors clients saw.", &st.Errors},
 	}
-	insts := []metric.Observable{phase, signals}
+	insts := []metric.Observable{phase, signals, streams}
 	obs := make([]metric.Int64ObservableCounter, len(counters))
 	for i, c := range counters {
 		if obs[i], err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.desc)); err != nil {
@@ -141,9 +146,11 @@ func drainMetrics(m metric.Meter, st *drain.Stats) error {
 			}
 			o.ObserveInt64(phase, v, metric.WithAttributes(attribute.String("phase", p.String())))
 		}
-		for _, proto := range []drain.Protocol{drain.ProtoHTTP1, drain.ProtoHTTP2} {
+		for _, proto := range []drain.Protocol{drain.ProtoHTTP1, drain.ProtoHTTP2, drain.ProtoWebSocket} {
 			o.ObserveInt64(signals, st.CloseSignals[proto].Load(), metric.WithAttributes(attribute.String("protocol", proto.String())))
 		}
+		o.ObserveInt64(signals, st.EventStreamEnds.Load(), metric.WithAttributes(attribute.String("protocol", "event_stream")))
+		o.ObserveInt64(streams, st.EventStreams.Load())
 		for i, c := range counters {
 			o.ObserveInt64(obs[i], c.v.Load())
 		}

@@ -21,15 +21,25 @@ func (s regServer) Close() error { s.reg.CloseAll(); return nil }
 func StartDrain(reg *drain.Registry, delay time.Duration) (stop func()) {
 	cfg := config.Drain{Delay: delay, Quiet: time.Second, Timeout: time.Minute, AcceptUntil: config.AcceptUntilExit,
 		HTTP1: config.DrainHTTP1{IdleClose: config.Never}, HTTP2: config.DrainHTTP2{GoawayGrace: time.Second}}
+	_, stop = RunDrain(reg, cfg)
+	return stop
+}
+
+// RunDrain runs a drain controller with cfg over reg, triggered now. done
+// gives its result once it has ended; stop forces it to its end and waits
+// for it.
+func RunDrain(reg *drain.Registry, cfg config.Drain) (done <-chan drain.Result, stop func()) {
 	ctl := drain.NewController(cfg, reg, regServer{reg}, Discard())
-	done := make(chan struct{})
+	out := make(chan drain.Result, 1)
+	ended := make(chan struct{})
 	go func() {
-		ctl.Run(context.Background())
-		close(done)
+		res, _ := ctl.Run(context.Background())
+		out <- res
+		close(ended)
 	}()
 	ctl.Trigger("test")
-	return func() {
+	return out, func() {
 		ctl.Force("test")
-		<-done
+		<-ended
 	}
 }

@@ -118,6 +118,8 @@ type Conn struct {
 	smu       sync.Mutex
 	onSignal  func()                    // guarded by smu
 	onTunnel  func(grace time.Duration) // guarded by smu: the tunnel's close (Tunnel), nil once run
+	watchers  map[int]func()            // guarded by smu: WatchSignal's
+	nextWatch int                       // guarded by smu
 	streams   func() int                // guarded by smu: the engine's count of open streams (HTTP/2)
 	signaled  time.Time                 // guarded by smu: when closeReq was set
 	idleSince atomic.Int64              // unix nanoseconds; 0 unless idle
@@ -414,6 +416,31 @@ func (c *Conn) isTunnel() bool {
 	return c.onTunnel != nil
 }
 
+// WatchSignal has f called when the connection gets its close signal, or
+// at once if it has had it; stop unregisters f. f is called from the
+// drain's goroutine and must not block. The engines watch for it each
+// event stream they relay (a connection may carry several: HTTP/2).
+func (c *Conn) WatchSignal(f func()) (stop func()) {
+	c.smu.Lock()
+	if c.closeReq.Load() {
+		c.smu.Unlock()
+		f()
+		return func() {}
+	}
+	if c.watchers == nil {
+		c.watchers = make(map[int]func())
+	}
+	id := c.nextWatch
+	c.nextWatch++
+	c.watchers[id] = f
+	c.smu.Unlock()
+	return func() {
+		c.smu.Lock()
+		delete(c.watchers, id)
+		c.smu.Unlock()
+	}
+}
+
 // signal gives the connection its close signal, once: the engine's
 // in-band signal, and a tunnel's close unless tunnels close at the
 // deadline.
@@ -426,9 +453,17 @@ func (c *Conn) signal(now time.Time) {
 	c.closeReq.Store(true)
 	c.signaled = now
 	f := c.onSignal
+	watchers := make([]func(), 0, len(c.watchers))
+	for _, w := range c.watchers {
+		watchers = append(watchers, w)
+	}
+	c.watchers = nil
 	c.smu.Unlock()
 	if f != nil {
 		f()
+	}
+	for _, w := range watchers {
+		w()
 	}
 	if c.reg != nil && c.reg.tunnelDue(true) {
 		c.endTunnel()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ebb-proxy/ebb/config"
 )
 
 // Registry knows every open downstream connection, so that a drain can act
@@ -36,6 +38,10 @@ type Registry struct {
 	wsAtDeadline atomic.Bool
 	wsWindow     atomic.Bool
 	wsGrace      atomic.Int64
+	// events is drain.event_streams: which event streams the engines end
+	// at their connection's signal (eventsOff, eventsResumable,
+	// eventsAll).
+	events atomic.Int32
 	// watching: the controller wants to hear of every change (kick).
 	watching atomic.Bool
 	kick     chan struct{} // capacity 1
@@ -127,6 +133,33 @@ func (r *Registry) remove(c *Conn) {
 	}
 	r.mu.Unlock()
 	r.changed()
+}
+
+// Which event streams the drain ends (drain.event_streams).
+const (
+	eventsResumable int32 = iota
+	eventsAll
+	eventsOff
+)
+
+// SetEventStreams sets drain.event_streams (config.EventStreams*), before
+// the engines serve.
+func (r *Registry) SetEventStreams(policy string) {
+	switch policy {
+	case config.EventStreamsAll:
+		r.events.Store(eventsAll)
+	case config.EventStreamsOff:
+		r.events.Store(eventsOff)
+	default:
+		r.events.Store(eventsResumable)
+	}
+}
+
+// EndsEventStreams reports whether the drain ends event streams (on), and
+// all of them rather than only those that sent an id field (all).
+func (r *Registry) EndsEventStreams() (on, all bool) {
+	p := r.events.Load()
+	return p != eventsOff, p == eventsAll
 }
 
 // DefaultTunnelGrace is each side's time to answer a WebSocket close frame

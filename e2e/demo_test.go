@@ -45,8 +45,9 @@ func runDemo(t *testing.T, args ...string) (int, string) {
 // nginx and HAProxy installed (e2e/deps.sh): ebb's two replicas are
 // replaced under load with zero client errors, each drained and exited
 // 0 with its phases and its report (a page that exists) shown; the
-// same restart runs through nginx and HAProxy, side by side; the demo
-// exits 0.
+// WebSockets held through ebb ended only with a close frame saying going
+// away (1001), and each client reconnected; the same restart runs
+// through nginx and HAProxy, side by side; the demo exits 0.
 func TestRollingRestartDemo(t *testing.T) {
 	t.Parallel()
 	code, out := runDemo(t, "-peers", "nginx,haproxy")
@@ -65,11 +66,20 @@ func TestRollingRestartDemo(t *testing.T) {
 		regexp.MustCompile(`(?m)^  HTTP/1\.1 keep-alive: +[1-9]\d* ok, +0 errors$`),
 		regexp.MustCompile(`(?m)^  HTTP/2 keep-alive: +[1-9]\d* ok, +0 errors$`),
 		regexp.MustCompile(`(?m)^  HTTP/1\.1 new connections: +[1-9]\d* ok, +0 errors$`),
+		regexp.MustCompile(`(?m)^  WebSocket messages: +[1-9]\d* ok, +0 errors(;|$)`),
 		regexp.MustCompile(`(?m)^  client errors: 0, in \d+\.\ds$`),
 	} {
 		if !want.MatchString(ebb) {
 			t.Errorf("ebb's part of the output does not match %s", want)
 		}
+	}
+	// The WebSockets' ends: "websockets: 10 ended: 10 × 1001 going away,
+	// reconnected 10/10": as many 1001s as ends, and every reconnect
+	// through the VIP opened a WebSocket.
+	if m := regexp.MustCompile(`(?m)^  websockets: (\d+) ended: (\d+) × 1001 going away, reconnected (\d+)/(\d+)$`).FindStringSubmatch(ebb); m == nil {
+		t.Errorf("ebb's WebSockets did not all end with 1001 and reconnect: %q", regexp.MustCompile(`(?m)^  websockets: .*$`).FindString(ebb))
+	} else if m[1] != m[2] || m[3] != m[4] || m[1] == "0" || m[3] == "0" {
+		t.Errorf("ebb's WebSockets: %s ended, %s with 1001, reconnected %s/%s; want every one ended with 1001 and reconnected", m[1], m[2], m[3], m[4])
 	}
 	reports := regexp.MustCompile(`(?m)^    report: (\S+)$`).FindAllStringSubmatch(ebb, -1)
 	if len(reports) != 2 {
@@ -85,7 +95,7 @@ func TestRollingRestartDemo(t *testing.T) {
 	// soft-stop once under CI's load, which the demo reports with the
 	// end of its log.
 	for _, want := range []string{"== nginx ==\n  replica a: SIGQUIT, ", "== haproxy ==\n  replica a: SIGUSR1, ",
-		"client errors during the same rolling restart:\n  ebb          0\n  nginx    ", "\n  haproxy  "} {
+		"client errors, and how the WebSockets ended, during the same rolling restart:\n  ebb          0   websockets: ", "\n  nginx    ", "\n  haproxy  "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output lacks %q", want)
 		}

@@ -174,8 +174,10 @@ func TestDrainReport(t *testing.T) {
 // Each series of the report's charts, and its color: the browser test
 // looks for both.
 var reportSeries = map[string]string{
-	"http1": "#1f77b4", "http2": "#ff7f0e", "unknown": "#7f7f7f", "in_flight": "#2ca02c",
-	"close_http1": "#9467bd", "close_http2": "#8c564b", "idle_closes": "#17becf", "forced_closes": "#e377c2",
+	"http1": "#1f77b4", "http2": "#ff7f0e", "websocket": "#637939", "event_streams": "#e7969c",
+	"unknown": "#7f7f7f", "in_flight": "#2ca02c",
+	"close_http1": "#9467bd", "close_http2": "#8c564b", "close_websocket": "#843c39", "ended_event_streams": "#7b4173",
+	"idle_closes": "#17becf", "forced_closes": "#e377c2",
 	"upstream_dials": "#bcbd22", "errors": "#d62728", "requests_per_second": "#393b79",
 }
 

@@ -25,6 +25,7 @@ const module = "github.com/ebb-proxy/ebb/"
 // (same rank) never import each other.
 var layers = map[string]int{
 	"proxy/access":   0,
+	"proxy/events":   0,
 	"proxy/pace":     0,
 	"proxy/paths":    0,
 	"proxy/headers":  1,

@@ -193,6 +193,7 @@ type serving struct {
 func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, socks *takeover.Set) (*serving, error) {
 	log := tel.Logger
 	reg := drain.NewRegistry()
+	reg.SetEventStreams(cfg.Drain.EventStreams)
 	px, err := proxy.New(cfg, reg, tel.Meter, tel.Tracer, log)
 	if err != nil {
 		return nil, fmt.Errorf("building the proxy: %w", err)

@@ -6,16 +6,24 @@
 // It starts two origins and two ebb replicas behind a Service VIP that
 // behaves as kube-proxy's does (new connections go to the endpoints
 // listed, existing ones stay where they are), sends keep-alive HTTP/1.1
-// and HTTP/2 load and new HTTP/1.1 connections through it, and replaces
-// the replicas one by one as a Deployment's rolling update does: a new
-// replica joins, the old one gets SIGTERM, and its endpoint leaves the VIP
-// half a second later, as the removal propagates. It prints the errors the
-// clients saw, each drain's phases, exit status and reason, and the path
-// of its report (drain.report), and exits 1 if any client saw an error.
+// and HTTP/2 load and new HTTP/1.1 connections through it, holds
+// WebSockets open through it that echo a message every 75ms, and
+// replaces the replicas one by one as a Deployment's rolling update does:
+// a new replica joins, the old one gets SIGTERM, and its endpoint leaves
+// the VIP half a second later, as the removal propagates. A WebSocket
+// that ends is noted by the close code its client received (1006 when
+// the connection ended without a close frame), and its client
+// reconnects through the VIP. It prints the errors the clients saw, the
+// WebSockets' ends, each drain's phases, exit status and reason, and the
+// path of its report (drain.report), and exits 1 if any client saw an
+// error or a WebSocket ended other than with a close frame saying going
+// away (1001) or normal closure (1000).
 //
 // Where nginx or HAProxy is installed, the same rolling restart runs
-// through them too (their graceful stops: SIGQUIT, SIGUSR1), and the
-// client errors are shown side by side. -peers none skips them.
+// through them too (their graceful stops: SIGQUIT, SIGUSR1, bounded at
+// 3s by worker_shutdown_timeout and hard-stop-after, when the WebSockets
+// they still hold are cut), and the client errors and WebSockets' ends
+// are shown side by side. -peers none skips them.
 package main
 
 import (
@@ -39,6 +47,9 @@ import (
 // propagation is how long after a replica's stop signal its endpoint
 // leaves the VIP: kube-proxy's lag, shortened for the demo.
 const propagation = 500 * time.Millisecond
+
+// wsClients is how many WebSocket clients each rolling restart has.
+const wsClients = 8
 
 // starter starts a replica of one kind of proxy in dir, in front of
 // origins.
@@ -95,8 +106,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		kinds = append(kinds, proxyKind{p.name, start})
 	}
-	fmt.Fprintf(stdout, "two origins, two replicas behind a Service VIP, keep-alive HTTP/1.1 and HTTP/2 load and new HTTP/1.1 connections;\n"+
-		"each replica is replaced in turn: a new one joins, the old one gets its stop signal, its endpoint leaves the VIP %s later.\n", propagation)
+	fmt.Fprintf(stdout, "two origins, two replicas behind a Service VIP, keep-alive HTTP/1.1 and HTTP/2 load, new HTTP/1.1 connections\n"+
+		"and %d WebSocket clients (each reconnects when its WebSocket ends);\n"+
+		"each replica is replaced in turn: a new one joins, the old one gets its stop signal, its endpoint leaves the VIP %s later.\n", wsClients, propagation)
 	if len(peers) == 0 && *peerList == "auto" {
 		fmt.Fprintln(stdout, "(install nginx or haproxy to see the same restart through them)")
 	}
@@ -110,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "rolling-restart:", err)
 			return 1
 		}
-		errs, clean, err := rollingRestart(stdout, sub, origins, k.start)
+		o, err := rollingRestart(stdout, sub, origins, k.start)
 		if err != nil {
 			fmt.Fprintf(stderr, "rolling-restart: %s: %v\n", k.name, err)
 			if k.name == "ebb" {
@@ -119,12 +131,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			table = append(table, fmt.Sprintf("  %-8s did not run: %v", k.name, err))
 			continue
 		}
-		table = append(table, fmt.Sprintf("  %-8s %5d", k.name, errs))
-		if k.name == "ebb" && (errs > 0 || !clean) {
+		table = append(table, fmt.Sprintf("  %-8s %5d   %s", k.name, o.errs, o.wsEnds))
+		if k.name == "ebb" && (o.errs > 0 || !o.clean || !o.wsClean) {
 			status = 1
 		}
 	}
-	fmt.Fprintln(stdout, "\nclient errors during the same rolling restart:")
+	fmt.Fprintln(stdout, "\nclient errors, and how the WebSockets ended, during the same rolling restart:")
 	fmt.Fprintln(stdout, strings.Join(table, "\n"))
 	fmt.Fprintf(stdout, "logs, configurations and reports: %s\n", dir)
 	if status != 0 {
@@ -133,19 +145,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
+// outcome is what one rolling restart's clients and replicas saw.
+type outcome struct {
+	errs    int    // client errors, HTTP and WebSocket
+	clean   bool   // every replica replaced stopped with status 0
+	wsClean bool   // every WebSocket ended with a close frame (1001 or 1000), and each client reconnected
+	wsEnds  string // the WebSockets' ends by close code, as "websockets: 8 ended: 8 × 1001 going away, ..."
+}
+
 // rollingRestart replaces two replicas made by start, one at a time,
-// under load, and reports what happened on w. It returns the client
-// errors and whether every replica stopped with status 0.
-func rollingRestart(w io.Writer, dir string, origins []string, start starter) (int, bool, error) {
+// under load, and reports what happened on w.
+func rollingRestart(w io.Writer, dir string, origins []string, start starter) (outcome, error) {
 	began := time.Now()
 	v1, err := newVIP()
 	if err != nil {
-		return 0, false, err
+		return outcome{}, err
 	}
 	defer v1.close()
 	v2, err := newVIP()
 	if err != nil {
-		return 0, false, err
+		return outcome{}, err
 	}
 	defer v2.close()
 
@@ -173,7 +192,7 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 	for _, name := range []string{"a", "b"} {
 		r, err := join(name)
 		if err != nil {
-			return 0, false, err
+			return outcome{}, err
 		}
 		old = append(old, r)
 	}
@@ -186,14 +205,18 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.addr()},
 	})
 	defer l.Stop()
-	if err := await(10*time.Second, func() bool { ok, _ := l.Counts(); return ok >= 300 }); err != nil {
-		return 0, false, errors.New("the load did not get going: no answers through the replicas")
+	// And WebSockets, held open as a chat's clients hold them, through
+	// the HTTP/1.1 VIP.
+	ws := startWS("ws://"+v1.addr(), wsClients)
+	defer ws.Stop()
+	if err := await(10*time.Second, func() bool { ok, _ := l.Counts(); return ok >= 300 && ws.ready() }); err != nil {
+		return outcome{}, errors.New("the load did not get going: no answers through the replicas")
 	}
 
 	clean := true
 	for _, r := range old {
 		if _, err := join(r.name + "2"); err != nil {
-			return 0, false, err
+			return outcome{}, err
 		}
 		r.cmd.Process.Signal(r.stop)
 		unlisted := time.AfterFunc(propagation, func() {
@@ -212,10 +235,20 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 	tail := time.NewTimer(propagation)
 	<-tail.C
 	l.Stop()
+	ws.Stop()
 	errs, lines := l.Report()
+	wsErrs, wsClean, wsEnds, wsLines := ws.Report()
+	// The kinds' lines, then their first errors.
+	at := slices.IndexFunc(lines, func(s string) bool { return strings.HasPrefix(s, " ") })
+	if at < 0 {
+		at = len(lines)
+	}
+	lines = slices.Concat(lines[:at], wsLines[:1], lines[at:], wsLines[1:])
 	for _, s := range lines {
 		fmt.Fprintln(w, "  "+s)
 	}
+	fmt.Fprintln(w, "  "+wsEnds)
+	errs += wsErrs
 	fmt.Fprintf(w, "  client errors: %d, in %.1fs\n", errs, time.Since(began).Seconds())
 	// The replacements stop as well; nothing sends to them any more.
 	for _, r := range live {
@@ -225,7 +258,7 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (i
 		r.wait(20 * time.Second)
 	}
 	live = nil
-	return errs, clean, nil
+	return outcome{errs, clean, wsClean, wsEnds}, nil
 }
 
 // describe prints how a replica's stop went.
@@ -337,16 +370,19 @@ func choosePeers(list string) ([]peer, error) {
 }
 
 // startOrigins starts n origins on loopback; each answers any GET with
-// a greeting naming itself.
+// a greeting naming itself, and echoes the messages of WebSockets opened
+// on /ws.
 func startOrigins(n int) ([]string, func(), error) {
 	var addrs []string
 	var srvs []*http.Server
 	var serving sync.WaitGroup
+	var ws wsOrigin
 	stop := func() {
 		for _, s := range srvs {
 			s.Close()
 		}
 		serving.Wait()
+		ws.close() // Close leaves hijacked connections alone
 	}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -355,9 +391,12 @@ func startOrigins(n int) ([]string, func(), error) {
 			return nil, nil, err
 		}
 		name := fmt.Sprintf("origin-%d", i+1)
-		s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/ws", ws.serve)
+		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 			io.WriteString(w, "hello from "+name+"\n")
-		})}
+		})
+		s := &http.Server{Handler: mux}
 		srvs = append(srvs, s)
 		serving.Go(func() { s.Serve(ln) })
 		addrs = append(addrs, ln.Addr().String())

@@ -16,6 +16,11 @@ import (
 	"time"
 )
 
+// peerStopTimeout bounds nginx's and HAProxy's graceful stops
+// (worker_shutdown_timeout, hard-stop-after): a WebSocket lasts until
+// then, as neither closes one in its protocol. Kept short for the demo.
+const peerStopTimeout = 3 * time.Second
+
 // replica is one proxy process behind the VIPs.
 type replica struct {
 	name   string
@@ -121,7 +126,8 @@ func (r *replica) run(logPath string, onLine func(string)) error {
 // startEbb starts an ebb replica in front of origins, configured for a
 // pod whose endpoint removal takes up to a second to propagate: the
 // announce phase lasts a second, connections get their close signal over
-// the next, and the report is written to dir at exit.
+// the next (a WebSocket's is a close frame with status 1001, its
+// handshake given a second), and the report is written to dir at exit.
 func startEbb(bin, dir, name string, origins []string, sets []string) (*replica, error) {
 	report := filepath.Join(dir, name+"-drain.html")
 	cfg := fmt.Sprintf(`admin: { address: 127.0.0.1:0 }
@@ -141,6 +147,7 @@ drain:
   timeout: 15s
   http1: { idle_close: 300ms }
   http2: { goaway_grace: 300ms }
+  websocket: { close: at_signal, grace: 1s }
   report: %q
 reload: { watch: false }
 telemetry: { log: { format: json } }
@@ -184,7 +191,8 @@ telemetry: { log: { format: json } }
 
 // startNginx starts an nginx replica: one port for HTTP/1.1, one for h2c
 // (nginx 1.22 does not tell them apart on one cleartext port), upstream
-// keep-alive. Its graceful stop is SIGQUIT.
+// keep-alive, WebSockets passed on. Its graceful stop is SIGQUIT, bounded
+// by worker_shutdown_timeout: the WebSockets still open then are cut.
 func startNginx(bin, dir, name string, origins []string) (*replica, error) {
 	h1, h2, err := twoPorts()
 	if err != nil {
@@ -198,15 +206,20 @@ func startNginx(bin, dir, name string, origins []string) (*replica, error) {
 	for _, o := range origins {
 		fmt.Fprintf(&servers, "    server %s;\n", o)
 	}
-	proxy := "location / { proxy_pass http://origins; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
+	proxy := "location / { proxy_pass http://origins; proxy_http_version 1.1; " +
+		"proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; }"
 	cfg := fmt.Sprintf(`daemon off;
 master_process on;
 worker_processes 1;
+worker_shutdown_timeout %[6]dms;
 pid %[1]s/nginx.pid;
 error_log stderr notice;
 events { worker_connections 1024; }
 http {
   access_log off;
+  # WebSockets: Upgrade passed on; otherwise no Connection header, for
+  # the upstream keep-alive.
+  map $http_upgrade $connection_upgrade { default upgrade; "" ""; }
   client_body_temp_path %[1]s/body;
   proxy_temp_path %[1]s/proxy;
   fastcgi_temp_path %[1]s/fastcgi;
@@ -218,7 +231,7 @@ http {
   server { listen %[3]s; %[5]s }
   server { listen %[4]s http2; %[5]s }
 }
-`, prefix, servers.String(), h1, h2, proxy)
+`, prefix, servers.String(), h1, h2, proxy, peerStopTimeout.Milliseconds())
 	path := filepath.Join(prefix, "nginx.conf")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -232,8 +245,10 @@ http {
 }
 
 // startHAProxy starts an HAProxy replica: one port for HTTP/1.1 (and h2c
-// by its preface), one for h2c only, upstream keep-alive. Its graceful
-// stop is SIGUSR1 (soft-stop), bounded by hard-stop-after.
+// by its preface), one for h2c only, upstream keep-alive, WebSockets
+// passed on (as HTTP mode does by default). Its graceful stop is SIGUSR1
+// (soft-stop), bounded by hard-stop-after: the WebSockets still open
+// then are cut.
 func startHAProxy(bin, dir, name string, origins []string) (*replica, error) {
 	h1, h2, err := twoPorts()
 	if err != nil {
@@ -245,7 +260,7 @@ func startHAProxy(bin, dir, name string, origins []string) (*replica, error) {
 	}
 	cfg := fmt.Sprintf(`global
   maxconn 4096
-  hard-stop-after 15s
+  hard-stop-after %dms
 defaults
   mode http
   timeout connect 2s
@@ -259,7 +274,7 @@ frontend fe
 backend origins
   balance roundrobin
   http-reuse always
-%s`, h1, h2, servers.String())
+%s`, peerStopTimeout.Milliseconds(), h1, h2, servers.String())
 	path := filepath.Join(dir, name+".cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err

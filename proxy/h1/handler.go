@@ -13,6 +13,7 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/pace"
@@ -221,14 +222,35 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 
 // Send relays the request to ep by the cluster's transport, or as an
 // upgrade.
-func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (status int, _ *cluster.Endpoint, err error) {
 	switch {
 	case c.upgrade:
 		return c.sendUpgrade(rt, ep)
 	case rt.Cluster.NetHTTP():
-		return c.sendHTTP(rt, ep)
+		status, ep, err = c.sendHTTP(rt, ep)
+	default:
+		status, ep, err = c.sendH1(rt, ep)
 	}
-	return c.sendH1(rt, ep)
+	if err == nil {
+		c.watchEvents()
+	}
+	return status, ep, err
+}
+
+// watchEvents has an event stream's body counted, and ended on an event
+// boundary at the connection's close signal (forward.EventStream).
+func (c *call) watchEvents() {
+	resp := &c.ctx.Response
+	if !resp.IsBodyStream() {
+		return
+	}
+	b, ok := resp.BodyStream().(upstream.CutBody)
+	if !ok {
+		return
+	}
+	if cut, done := c.s.l.EventStream(c.conn, events.IsEventStream(resp.Header.ContentType()), int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
+		b.CutWith(cut, done)
+	}
 }
 
 // sendH1 sends the request through ebb's HTTP/1.1 transport; the answer

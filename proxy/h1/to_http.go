@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
@@ -146,13 +147,31 @@ type httpBody struct {
 	// n counts the bytes read, for watch (nil: none).
 	n     int64
 	watch upstream.BodyWatcher
+	// cut, if not nil, ends an event stream on an event boundary;
+	// cutDone is called once the body is closed.
+	cut     *events.Cutter
+	cutDone func()
 }
 
 // Watch implements upstream.WatchedBody.
 func (b *httpBody) Watch(w upstream.BodyWatcher) { b.watch = w }
 
+// CutWith implements upstream.CutBody.
+func (b *httpBody) CutWith(c *events.Cutter, done func()) { b.cut, b.cutDone = c, done }
+
+// Interrupt implements upstream.CutBody: closing the body wakes its read
+// and cancels the upstream request (only ever done on an event boundary:
+// what follows is not relayed).
+func (b *httpBody) Interrupt() { b.ReadCloser.Close() }
+
 func (b *httpBody) Read(p []byte) (int, error) {
+	if b.cut != nil && b.cut.Done() {
+		return 0, io.EOF
+	}
 	n, err := b.ReadCloser.Read(p)
+	if b.cut != nil {
+		n, err = b.cut.After(p, n, err)
+	}
 	b.n += int64(n)
 	if err == io.EOF {
 		for k, vv := range b.resp.Trailer {
@@ -168,6 +187,10 @@ func (b *httpBody) Read(p []byte) (int, error) {
 }
 
 func (b *httpBody) Close() error {
+	if b.cutDone != nil {
+		b.cutDone()
+		b.cutDone = nil
+	}
 	err := b.ReadCloser.Close()
 	b.once.Do(func() {
 		if b.watch != nil {

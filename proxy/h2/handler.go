@@ -19,6 +19,7 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/pace"
@@ -401,6 +402,13 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	}
 	status := resp.StatusCode()
 	if s := resp.BodyStream(); s != nil {
+		if b, ok := s.(upstream.CutBody); ok {
+			// An event stream ends on an event boundary at the
+			// connection's close signal (its GOAWAY).
+			if cut, done := c.l.EventStream(c.conn, events.IsEventStream(resp.Header.ContentType()), int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
+				b.CutWith(cut, done)
+			}
+		}
 		_ = st.WriteHeader(status, false)
 		c.sent, c.relayErr = copyBody(st, s)
 		_ = resp.CloseBodyStream() // gives the upstream connection back, or closes it
@@ -487,11 +495,21 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		c.relayErr = st.WriteHeader(resp.StatusCode, true)
 		return resp.StatusCode, ep, nil
 	}
+	var body io.Reader = resp.Body
+	// An event stream ends on an event boundary at the connection's close
+	// signal (its GOAWAY); closing the body wakes a read waiting for the
+	// upstream, and cancels the upstream's stream.
+	if cut, done := c.l.EventStream(c.conn, events.IsEventStream(resp.Header.Get("Content-Type")), resp.ContentLength, func() { resp.Body.Close() }); done != nil {
+		defer done()
+		if cut != nil {
+			body = cut.Reader(body)
+		}
+	}
 	if err := st.WriteHeader(resp.StatusCode, false); err != nil {
 		c.relayErr = err
 		return resp.StatusCode, ep, nil
 	}
-	if c.sent, err = copyBody(st, resp.Body); err != nil {
+	if c.sent, err = copyBody(st, body); err != nil {
 		c.relayErr = err
 		return resp.StatusCode, ep, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/events"
 )
 
 // BodyWatcher is told that a response body streamed to the client has
@@ -22,6 +23,19 @@ type WatchedBody interface {
 	// Watch makes w the body's watcher. It is called before the body is
 	// read, on the goroutine that set the body.
 	Watch(w BodyWatcher)
+}
+
+// CutBody is a streamed response body that an event stream's Cutter can
+// end on an event boundary (see package proxy/events); the body streams
+// of the HTTP/1 transport are.
+type CutBody interface {
+	// CutWith has the body end where c cuts it, and done called once the
+	// body is closed (before the upstream connection is let go). It is
+	// called before the body is read, on the goroutine that set it.
+	CutWith(c *events.Cutter, done func())
+	// Interrupt wakes a read of the body blocked waiting for the
+	// upstream. It may be called from any goroutine until done.
+	Interrupt()
 }
 
 // Conn is an upstream connection with what ebb needs to know about it.

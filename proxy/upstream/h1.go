@@ -6,12 +6,15 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/events"
 )
 
 // maxBufferedBody is the largest response body with a known length that is
@@ -439,16 +442,47 @@ type bodyStream[C pooledConn] struct {
 	// n counts the bytes read, for watch (nil: none).
 	n     int64
 	watch BodyWatcher
+	// cut, if not nil, ends an event stream on an event boundary (see
+	// CutBody); cutDone is called once the body is closed.
+	cut         *events.Cutter
+	cutDone     func()
+	interrupted atomic.Bool
 }
 
 // Watch implements WatchedBody.
 func (s *bodyStream[C]) Watch(w BodyWatcher) { s.watch = w }
 
+// CutWith implements CutBody.
+func (s *bodyStream[C]) CutWith(c *events.Cutter, done func()) { s.cut, s.cutDone = c, done }
+
+// Interrupt implements CutBody: a read blocked waiting for the upstream
+// returns (the deadline in the past); the next one waits again.
+func (s *bodyStream[C]) Interrupt() {
+	s.interrupted.Store(true)
+	s.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
 func (s *bodyStream[C]) Read(p []byte) (int, error) {
+	if s.cut != nil && s.cut.Done() {
+		return 0, io.EOF // not s.eof: the upstream's connection is closed
+	}
 	if err := s.conn.SetReadDeadline(time.Now().Add(s.t.responseTimeout)); err != nil {
 		return 0, err
 	}
-	n, err := s.up.BodyStream().Read(p)
+	var n int
+	var err error
+	if s.interrupted.Swap(false) {
+		err = os.ErrDeadlineExceeded
+	} else {
+		n, err = s.up.BodyStream().Read(p)
+	}
+	if s.cut != nil {
+		if n, err = s.cut.After(p, n, err); s.cut.Ended() {
+			// Cut short: the upstream's connection is closed, not reused.
+			s.n += int64(n)
+			return n, err
+		}
+	}
 	s.n += int64(n)
 	if err == io.EOF {
 		s.eof = true
@@ -472,6 +506,9 @@ func copyTrailers(dst, src *fasthttp.ResponseHeader) {
 // writer stopped, if it did.
 func (s *bodyStream[C]) CloseWithError(err error) error {
 	t := s.t
+	if s.cutDone != nil {
+		s.cutDone() // before release: no Interrupt from then on
+	}
 	if w := s.watch; w != nil {
 		w.BodyRelayed(s.n)
 	}
@@ -504,7 +541,8 @@ func (s *bodyStream[C]) release(err error) {
 	}
 	var zero C
 	s.cc, s.conn, s.br, s.eof, s.keepAlive, s.stop, s.down = zero, nil, nil, false, false, nil, nil
-	s.n, s.watch = 0, nil
+	s.n, s.watch, s.cut, s.cutDone = 0, nil, nil, nil
+	s.interrupted.Store(false)
 	s.up.Reset()
 	t.streams.Put(s)
 }

@@ -1,0 +1,36 @@
+package forward
+
+import (
+	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/events"
+)
+
+// EventStream is called by an engine about to relay a response body of
+// the given length (-1: unknown) on conn; isEvents: its Content-Type is
+// text/event-stream (events.IsEventStream). For an event stream it counts the stream among those open until
+// done is called, once the body's relay has ended (done is nil for any
+// other response). When the drain ends event streams (drain.event_streams)
+// and the length is unknown, it also returns the Cutter that ends the
+// body on an event boundary at the connection's close signal; interrupt
+// wakes a read of the body blocked waiting for the upstream.
+func (l *Listener) EventStream(conn *drain.Conn, isEvents bool, length int64, interrupt func()) (cut *events.Cutter, done func()) {
+	if conn == nil || !isEvents {
+		return nil, nil
+	}
+	st := &l.Registry.Stats
+	st.EventStreams.Add(1)
+	on, all := l.Registry.EndsEventStreams()
+	if !on || !conn.Drainable || length >= 0 {
+		return nil, func() { st.EventStreams.Add(-1) }
+	}
+	cut = events.NewCutter(all, interrupt)
+	stop := conn.WatchSignal(cut.Ask)
+	return cut, func() {
+		stop()
+		cut.Close()
+		st.EventStreams.Add(-1)
+		if cut.Ended() {
+			st.EventStreamEnds.Add(1)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,8 +20,10 @@ import (
 // in-band.
 
 // TestHTTP2CloseSignal: at the connection's moment the engine sends the
-// first GOAWAY and a PING; a client that does not answer the PING gets the
-// final GOAWAY after drain.http2.goaway_grace (1s).
+// first GOAWAY and a PING (on a connection where the client has opened no
+// stream, once it has stayed idle for drain.http1.idle_close, 1s, past
+// the moment); a client that does not answer the PING gets the final
+// GOAWAY after drain.http2.goaway_grace (1s).
 func TestHTTP2CloseSignal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config.Default()
@@ -66,14 +69,16 @@ func TestHTTP2CloseSignal(t *testing.T) {
 		}
 		stop := proxytest.StartDrain(reg, time.Second)
 		defer stop()
+		// The client has opened no stream: the GOAWAY waits for its first
+		// one, or for drain.http1.idle_close (1s) past the moment.
 		first := next(http2.FrameGoAway).(*http2.GoAwayFrame)
-		if at := time.Since(start); at != time.Second || first.LastStreamID != 1<<31-1 {
-			t.Fatalf("first GOAWAY at %v with last stream %d; want at 1s with 2147483647", at, first.LastStreamID)
+		if at := time.Since(start); at != 2*time.Second || first.LastStreamID != 1<<31-1 {
+			t.Fatalf("first GOAWAY at %v with last stream %d; want at 2s with 2147483647", at, first.LastStreamID)
 		}
 		next(http2.FramePing) // not acknowledged
 		final := next(http2.FrameGoAway).(*http2.GoAwayFrame)
-		if at := time.Since(start); at != 2*time.Second || final.LastStreamID != 0 {
-			t.Fatalf("final GOAWAY at %v with last stream %d; want at 2s with 0", at, final.LastStreamID)
+		if at := time.Since(start); at != 3*time.Second || final.LastStreamID != 0 {
+			t.Fatalf("final GOAWAY at %v with last stream %d; want at 3s with 0", at, final.LastStreamID)
 		}
 		if n := reg.Stats.CloseSignals[drain.ProtoHTTP2].Load(); n != 1 {
 			t.Fatalf("%d GOAWAYs counted, want 1", n)
@@ -81,4 +86,36 @@ func TestHTTP2CloseSignal(t *testing.T) {
 		client.Close()
 		<-served
 	})
+}
+
+// TestHTTP2NewConnectionsDuringDrain: a client that dials a new HTTP/2
+// connection to a draining ebb (a load balancer not caught up yet) gets
+// its request served on it: the GOAWAY waits for that first stream.
+// Sent at once, it closed some of those connections before Go's client
+// had sent its request, which it then failed ("http2: client conn could
+// not be established") rather than retry.
+func TestHTTP2NewConnectionsDuringDrain(t *testing.T) {
+	for _, m := range allModes {
+		if !m.DownH2() || m.UpH2() {
+			continue
+		}
+		t.Run(m.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+			_, stop := proxytest.RunDrain(e.px.reg, wsDrainConfig(time.Second))
+			defer stop()
+			for i := range 100 {
+				e.Client.CloseIdleConnections() // a new connection each time
+				resp, err := e.Client.Get(e.Base + "/new")
+				if err != nil {
+					t.Fatalf("request %d on a new connection during the drain: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(body) != "ok" {
+					t.Fatalf("request %d: %d %q, %v", i, resp.StatusCode, body, err)
+				}
+			}
+		})
+	}
 }

@@ -56,6 +56,10 @@ type Proxy struct {
 	// goAwayGrace is drain.http2.goaway_grace: the longest wait for the
 	// PING acknowledgement between the two GOAWAYs.
 	goAwayGrace time.Duration
+	// idleClose is drain.http1.idle_close (0: never), also how long an
+	// HTTP/2 connection that has opened no stream waits for its first
+	// before its GOAWAY (h2.Conn.GoAway).
+	idleClose time.Duration
 
 	mu      sync.Mutex
 	bound   bool
@@ -84,7 +88,8 @@ func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, tp trace.T
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
 	}
-	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace, cfgStatic: *cfg, tracer: tracing.New(tp)}
+	p := &Proxy{log: log, reg: reg, metrics: m, goAwayGrace: cfg.Drain.HTTP2.GoawayGrace,
+		idleClose: max(time.Duration(cfg.Drain.HTTP1.IdleClose), 0), cfgStatic: *cfg, tracer: tracing.New(tp)}
 	p.disc.log = func(c *cluster.Cluster, err error) { log.Error("discovery stopped", "cluster", c.Name(), "err", err) }
 	// The snapshot first: the listeners' engines read it.
 	snap := route.Build(cfg, m, reg, log, nil)

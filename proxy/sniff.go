@@ -67,11 +67,12 @@ func (l *listener) serveConn(c *drain.Conn) {
 		l.trackH2(hc, true)
 		c.CountStreams(hc.Streams)
 		// The drain's close signal, at this connection's moment (at once
-		// for a connection accepted during the drain, right after the
-		// engine's SETTINGS): the two-phase GOAWAY.
+		// for a connection accepted during the drain): the two-phase
+		// GOAWAY, with the client's first stream if it has opened none
+		// yet, or once it has been idle for drain.http1.idle_close.
 		c.OnSignal(func() {
 			l.p.reg.Stats.CloseSignals[drain.ProtoHTTP2].Add(1)
-			hc.GoAway(l.p.goAwayGrace)
+			hc.GoAway(l.p.goAwayGrace, l.p.idleClose)
 		})
 	})
 	nc.Close()

@@ -255,6 +255,10 @@ type Conn struct {
 	sentTableSize bool
 	pingData      [8]byte
 	goAwayStarted bool // the first GOAWAY was sent
+	// goAwayPending: GoAway was asked before the client opened a stream;
+	// the first GOAWAY goes with the first stream, with pendingGrace.
+	goAwayPending bool
+	pendingGrace  time.Duration
 	finalGoAway   bool // the final GOAWAY was sent
 	peerGoAway    bool
 	closed        bool        // the connection is failing or ending: no more streams
@@ -387,18 +391,57 @@ func (c *Conn) debug(msg string, args ...any) {
 // the PING is acknowledged, or after grace, the final GOAWAY carries the
 // real last stream id. The connection closes after its last stream.
 // Calling it again does nothing.
-func (c *Conn) GoAway(grace time.Duration) {
+//
+// On a connection where the client has not opened a stream yet (one
+// accepted during the drain, a spare one) the first GOAWAY waits for the
+// first stream, which is served, or for idle to pass without one (idle
+// <= 0: for the first stream only). Sent before, it would close the
+// connection under the request the client dialled it for, and a client
+// that has not begun a request on a connection does not expect it to end:
+// Go's, for one, fails that request ("client conn could not be
+// established") rather than retry it. An HTTP/1 connection accepted during
+// the drain likewise serves its first request, with Connection: close.
+func (c *Conn) GoAway(grace, idle time.Duration) {
 	c.mu.Lock()
-	if c.goAwayStarted || c.finalGoAway || c.closed {
-		c.unlock()
+	defer c.unlock()
+	if c.goAwayStarted || c.goAwayPending || c.finalGoAway || c.closed {
 		return
 	}
+	c.pendingGrace = grace
+	if c.maxClientID > 0 {
+		c.beginGoAwayLocked()
+		return
+	}
+	c.goAwayPending = true
+	if idle <= 0 {
+		return
+	}
+	c.wg.Go(func() {
+		t := time.NewTimer(idle)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		defer c.unlock()
+		if c.goAwayPending && !c.closed {
+			c.beginGoAwayLocked()
+		}
+	})
+}
+
+// beginGoAwayLocked sends the first GOAWAY and the PING, and has the
+// final GOAWAY sent at the PING's acknowledgement or after pendingGrace.
+func (c *Conn) beginGoAwayLocked() {
+	c.goAwayPending = false
 	c.goAwayStarted = true
 	_, _ = rand.Read(c.pingData[:])
 	_ = c.wfr.WriteGoAway(1<<31-1, http2.ErrCodeNo, nil)
 	_ = c.wfr.WritePing(false, c.pingData)
 	c.wakeLocked()
-	c.unlock()
+	grace := c.pendingGrace
 	c.wg.Go(func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
@@ -840,6 +883,11 @@ func (c *Conn) onHeaders(fh http2.FrameHeader, p []byte) error {
 		return c.connErr(http2.ErrCodeProtocol, "HEADERS on a closed stream")
 	default:
 		c.maxClientID = id
+		if c.goAwayPending && !c.finalGoAway && !c.closed {
+			// The first stream of a connection told to go away before
+			// it had one: it is served, and the GOAWAY goes now.
+			c.beginGoAwayLocked()
+		}
 		ignore := c.finalGoAway || c.peerGoAway || c.closed
 		// Handlers of reset streams still unwinding count as streams:
 		// resets never let more handlers run than the limit.

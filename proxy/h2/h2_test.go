@@ -166,7 +166,7 @@ func TestGracefulShutdownOneConn(t *testing.T) {
 	cn := <-conns
 	rc.get(1, "/slow")
 	// The handler runs; the stream stays open until release.
-	cn.GoAway(time.Minute)
+	cn.GoAway(time.Minute, 0)
 
 	ga := rc.until("first GOAWAY", isGoAway).(*http2.GoAwayFrame)
 	if ga.LastStreamID != 1<<31-1 || ga.ErrCode != http2.ErrCodeNo {
@@ -220,7 +220,7 @@ func TestGoAwayGraceWithoutPingAck(t *testing.T) {
 	cn := <-conns
 	rc.get(1, "/")
 	rc.until("stream 1's response", endOf(1))
-	cn.GoAway(50 * time.Millisecond)
+	cn.GoAway(50*time.Millisecond, 0)
 	first := rc.until("first GOAWAY", isGoAway).(*http2.GoAwayFrame)
 	final := rc.until("final GOAWAY", isGoAway).(*http2.GoAwayFrame)
 	if first.LastStreamID != 1<<31-1 || final.LastStreamID != 1 {
@@ -228,38 +228,49 @@ func TestGoAwayGraceWithoutPingAck(t *testing.T) {
 	}
 }
 
-// TestGoAwayBeforeSettings shows that a GoAway asked for before the engine
-// read anything comes right after the server's preface, never before.
-func TestGoAwayBeforeSettings(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	s := &Server{Handler: okHandler()}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		c, err := ln.Accept()
-		if err != nil {
-			return
+// TestGoAwayWaitsForFirstStream: a connection told to go away before the
+// client opened a stream gets its first GOAWAY with the first stream,
+// which is served (its client may have dialled it for that request); or,
+// when none comes, once idle has passed.
+func TestGoAwayWaitsForFirstStream(t *testing.T) {
+	t.Run("first stream", func(t *testing.T) {
+		addr, conns, _ := testServer(t, okHandler())
+		rc := dialRaw(t, addr)
+		cn := <-conns
+		cn.GoAway(time.Minute, 0)
+		// Nothing yet: the answer to a PING comes before any GOAWAY.
+		if err := rc.fr.WritePing(false, [8]byte{1}); err != nil {
+			t.Fatal(err)
 		}
-		s.Serve(context.Background(), c, func(cn *Conn) { cn.GoAway(time.Minute) })
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for i, want := range []http2.FrameType{http2.FrameSettings, http2.FrameWindowUpdate, http2.FrameGoAway, http2.FramePing} {
-		f, err := fr.ReadFrame()
-		if err != nil || f.Header().Type != want {
-			t.Fatalf("frame %d: %v, %v; want %v", i, f, err, want)
+		rc.until("the PING's ACK", func(f http2.Frame) bool {
+			if isGoAway(f) {
+				t.Fatal("a GOAWAY before the client's first stream")
+			}
+			p, ok := f.(*http2.PingFrame)
+			return ok && p.IsAck()
+		})
+		rc.get(1, "/")
+		if ga := rc.until("first GOAWAY", isGoAway).(*http2.GoAwayFrame); ga.LastStreamID != 1<<31-1 {
+			t.Fatalf("first GOAWAY with last stream %d, want 2147483647", ga.LastStreamID)
 		}
-	}
-	c.Close()
-	<-served
+		rc.until("stream 1's response", endOf(1))
+	})
+	t.Run("idle", func(t *testing.T) {
+		addr, conns, _ := testServer(t, okHandler())
+		rc := dialRaw(t, addr)
+		cn := <-conns
+		cn.GoAway(50*time.Millisecond, 50*time.Millisecond)
+		first := rc.until("first GOAWAY", isGoAway).(*http2.GoAwayFrame)
+		final := rc.until("final GOAWAY", isGoAway).(*http2.GoAwayFrame)
+		if first.LastStreamID != 1<<31-1 || final.LastStreamID != 0 {
+			t.Fatalf("GOAWAYs with last stream %d then %d; want 2147483647 then 0", first.LastStreamID, final.LastStreamID)
+		}
+		select {
+		case <-cn.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connection did not close after its final GOAWAY")
+		}
+	})
 }
 
 // reply answers st with 200 and body.

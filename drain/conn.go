@@ -394,18 +394,15 @@ func (c *Conn) Tunnel(end func(grace time.Duration)) {
 	}
 }
 
-// endTunnel runs the tunnel's close, once; it reports whether the
-// connection is a tunnel whose close had not run yet.
-func (c *Conn) endTunnel() bool {
+// endTunnel runs the tunnel's close, once.
+func (c *Conn) endTunnel() {
 	c.smu.Lock()
 	f := c.onTunnel
 	c.onTunnel = nil
 	c.smu.Unlock()
-	if f == nil {
-		return false
+	if f != nil {
+		f(c.reg.tunnelGrace())
 	}
-	f(c.reg.tunnelGrace())
-	return true
 }
 
 // isTunnel reports whether the connection is a tunnel not yet closed by

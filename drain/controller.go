@@ -329,6 +329,7 @@ func (r *run) enter(p Phase) {
 	r.log.Info("drain phase", "phase", p.String(), "since_trigger", time.Since(r.start).Round(time.Millisecond).String(),
 		"connections", r.reg.Len(), "in_flight", r.reg.active(),
 		"close_signals_http1", st.CloseSignals[ProtoHTTP1].Load(), "close_signals_http2", st.CloseSignals[ProtoHTTP2].Load(),
+		"close_signals_websocket", st.CloseSignals[ProtoWebSocket].Load(), "event_streams_ended", st.EventStreamEnds.Load(),
 		"idle_closes", st.IdleCloses.Load(), "requests", st.Requests.Load(), "dials", st.Dials.Load())
 }
 

@@ -44,8 +44,8 @@ type frameHeader struct {
 // and a 4-byte masking key.
 const maxFrameHeader = 14
 
-// readFrameHeader reads a frame header from r into buf (at least
-// maxFrameHeader long) and returns it and its length in buf. io.EOF means
+// readFrameHeader reads a frame header from r into buf (maxFrameHeader
+// long) and returns it and its length in buf. io.EOF means
 // r ended cleanly between two frames.
 func readFrameHeader(r *bufio.Reader, buf []byte) (h frameHeader, n int, err error) {
 	if _, err := io.ReadFull(r, buf[:2]); err != nil {
@@ -229,19 +229,26 @@ func (t *wsTunnel) report(e wsEvent) bool {
 	}
 }
 
+// frameBufs hold frames on their way through a tunnel: taken for one
+// frame, so that an idle WebSocket holds none.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // pipe relays frames read from src (side from) to dst (side to) until
 // src ends. Once a write to dst has failed, the frames are dropped.
 func (t *wsTunnel) pipe(from, to side, src *bufio.Reader, dst *wsWriter) {
-	buf := make([]byte, 32<<10)
+	var hdr [maxFrameHeader]byte
 	for {
-		h, n, err := readFrameHeader(src, buf)
+		h, n, err := readFrameHeader(src, hdr[:])
 		if err != nil {
 			t.report(wsEvent{side: from})
 			return
 		}
 		dst.lock <- struct{}{}
 		relay := !dst.closed && !(h.opcode == opClose && dst.intercept.Load())
-		werr, rerr := copyFrame(dst, relay, buf, n, src, h.length)
+		bp := frameBufs.Get().(*[]byte)
+		copy(*bp, hdr[:n])
+		werr, rerr := copyFrame(dst, relay, *bp, n, src, h.length)
+		frameBufs.Put(bp)
 		if relay && (h.opcode == opClose || werr != nil) {
 			dst.closed = true
 		}
@@ -285,7 +292,8 @@ func copyFrame(dst *wsWriter, relay bool, buf []byte, n int, src *bufio.Reader, 
 // run relays until the tunnel is done, and returns the bytes relayed up
 // and down.
 func (t *wsTunnel) run() (sentUp, sentDown int64) {
-	downR := bufio.NewReaderSize(t.down, 16<<10)
+	// Small: frame headers are read through it, payloads mostly past it.
+	downR := bufio.NewReaderSize(t.down, 4<<10)
 	var wg sync.WaitGroup
 	wg.Go(func() { t.pipe(client, origin, downR, &t.toUp) })
 	wg.Go(func() { t.pipe(origin, client, t.upR, &t.toDown) })

@@ -185,7 +185,7 @@ func TestH2CUpgradeOfferDeclined(t *testing.T) {
 // its own moment of the spread, and reconnects to a second ebb, where its
 // WebSocket works; the origin gets a close frame with 1001 for each one;
 // the draining ebb exits 0 (drained, nothing closed by force) once they
-// are gone, and its summary counts them as WebSockets.
+// are gone, and its metrics and summary count them as WebSockets.
 func TestWebSocketDrain(t *testing.T) {
 	t.Parallel()
 	const perListener = 4
@@ -264,6 +264,16 @@ drain:
 			}
 			clients = append(clients, client{l, c})
 		}
+	}
+	// Counted as WebSockets, not as HTTP/1 connections.
+	byProto := map[string]float64{}
+	for _, s := range scrape(t, a) {
+		if s.name == "ebb_downstream_connections" {
+			byProto[s.labels["protocol"]+"/"+s.labels["state"]] += s.value
+		}
+	}
+	if byProto["websocket/upgraded"] != float64(len(clients)) || byProto["http1/upgraded"] != 0 {
+		t.Errorf("ebb_downstream_connections by protocol/state %v, want %d websocket/upgraded", byProto, len(clients))
 	}
 	trigger := time.Now()
 	a.signal(syscall.SIGTERM)

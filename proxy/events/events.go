@@ -44,10 +44,13 @@ func IsEventStream[T string | []byte](contentType T) bool {
 //
 // Interrupt, if set, wakes a read of the body blocked while the stream
 // sits on a boundary (an idle stream between events); the reader then
-// calls Cut or Done, which end it. It is never called after Close.
+// calls Cut or Done, which end it. It is never called after Close. Ended,
+// if set, is called once, by the reader, when the Cutter ends the stream:
+// before the reader returns its end.
 type Cutter struct {
 	all       bool
 	interrupt func()
+	onEnd     func()
 
 	asked     atomic.Bool
 	boundary  atomic.Bool // the bytes relayed so far end on an event boundary
@@ -65,8 +68,8 @@ type Cutter struct {
 
 // NewCutter returns a Cutter for a stream about to be relayed; all ends
 // every stream, not only resumable ones.
-func NewCutter(all bool, interrupt func()) *Cutter {
-	c := &Cutter{all: all, interrupt: interrupt, lineEmpty: true}
+func NewCutter(all bool, interrupt, ended func()) *Cutter {
+	c := &Cutter{all: all, interrupt: interrupt, onEnd: ended, lineEmpty: true}
 	c.boundary.Store(true) // nothing relayed yet
 	return c
 }
@@ -105,10 +108,17 @@ func (c *Cutter) Done() bool {
 		return true
 	}
 	if c.asked.Load() && c.boundary.Load() && c.eligible() {
-		c.ended.Store(true)
+		c.end()
 		return true
 	}
 	return false
+}
+
+// end marks the stream ended, and tells onEnd the first time.
+func (c *Cutter) end() {
+	if c.ended.CompareAndSwap(false, true) && c.onEnd != nil {
+		c.onEnd()
+	}
 }
 
 // Cut scans b, just read from the body, and returns how many of its
@@ -147,7 +157,7 @@ func (c *Cutter) Cut(b []byte) (n int, end bool) {
 		if c.lineEmpty {
 			c.boundary.Store(true)
 			if c.asked.Load() && c.eligible() {
-				c.ended.Store(true)
+				c.end()
 				return i + 1, true
 			}
 		}

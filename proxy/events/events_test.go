@@ -30,7 +30,8 @@ func TestCutter(t *testing.T) {
 		{"nothing sent yet", []string{"id: 1\n\n"}, 0, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewCutter(tc.all, nil)
+			ends := 0
+			c := NewCutter(tc.all, nil, func() { ends++ })
 			var got strings.Builder
 			for i, p := range tc.pieces {
 				if i == tc.askAt {
@@ -48,8 +49,8 @@ func TestCutter(t *testing.T) {
 			if got.String() != tc.want {
 				t.Fatalf("relayed %q, want %q", got.String(), tc.want)
 			}
-			if ended := got.Len() < len(strings.Join(tc.pieces, "")); c.Ended() != ended {
-				t.Fatalf("Ended() = %v, want %v", c.Ended(), ended)
+			if ended := got.Len() < len(strings.Join(tc.pieces, "")); c.Ended() != ended || ends != map[bool]int{true: 1}[ended] {
+				t.Fatalf("Ended() = %v, told %d times; want %v", c.Ended(), ends, ended)
 			}
 		})
 	}
@@ -68,7 +69,7 @@ func TestCutterInterrupt(t *testing.T) {
 		{"id: 1\ndata: a\n", false},
 	} {
 		interrupted := false
-		c := NewCutter(false, func() { interrupted = true })
+		c := NewCutter(false, func() { interrupted = true }, nil)
 		r := c.Reader(io.MultiReader(strings.NewReader(tc.first), strings.NewReader("data: late\n\n")))
 		buf := make([]byte, 64)
 		if n, err := r.Read(buf); err != nil || string(buf[:n]) != tc.first {

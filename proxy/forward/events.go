@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"sync/atomic"
+
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/events"
 )
@@ -19,18 +21,26 @@ func (l *Listener) EventStream(conn *drain.Conn, isEvents bool, length int64, in
 	}
 	st := &l.Registry.Stats
 	st.EventStreams.Add(1)
+	// The stream stops counting as open when the drain ends it (before
+	// its client can see the end) or when its relay ends, once.
+	var closed atomic.Bool
+	finish := func() {
+		if closed.CompareAndSwap(false, true) {
+			st.EventStreams.Add(-1)
+		}
+	}
 	on, all := l.Registry.EndsEventStreams()
 	if !on || !conn.Drainable || length >= 0 {
-		return nil, func() { st.EventStreams.Add(-1) }
+		return nil, finish
 	}
-	cut = events.NewCutter(all, interrupt)
+	cut = events.NewCutter(all, interrupt, func() {
+		st.EventStreamEnds.Add(1)
+		finish()
+	})
 	stop := conn.WatchSignal(cut.Ask)
 	return cut, func() {
 		stop()
 		cut.Close()
-		st.EventStreams.Add(-1)
-		if cut.Ended() {
-			st.EventStreamEnds.Add(1)
-		}
+		finish()
 	}
 }

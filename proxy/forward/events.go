@@ -15,8 +15,8 @@ import (
 // and the length is unknown, it also returns the Cutter that ends the
 // body on an event boundary at the connection's close signal; interrupt
 // wakes a read of the body blocked waiting for the upstream.
-func (l *Listener) EventStream(conn *drain.Conn, isEvents bool, length int64, interrupt func()) (cut *events.Cutter, done func()) {
-	if conn == nil || !isEvents {
+func (l *Listener) EventStream(conn *drain.Conn, length int64, interrupt func()) (cut *events.Cutter, done func()) {
+	if conn == nil {
 		return nil, nil
 	}
 	st := &l.Registry.Stats

@@ -245,10 +245,10 @@ func (c *call) watchEvents() {
 		return
 	}
 	b, ok := resp.BodyStream().(upstream.CutBody)
-	if !ok {
+	if !ok || !events.IsEventStream(resp.Header.ContentType()) {
 		return
 	}
-	if cut, done := c.s.l.EventStream(c.conn, events.IsEventStream(resp.Header.ContentType()), int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
+	if cut, done := c.s.l.EventStream(c.conn, int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
 		b.CutWith(cut, done)
 	}
 }

@@ -402,10 +402,10 @@ func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	}
 	status := resp.StatusCode()
 	if s := resp.BodyStream(); s != nil {
-		if b, ok := s.(upstream.CutBody); ok {
+		if b, ok := s.(upstream.CutBody); ok && events.IsEventStream(resp.Header.ContentType()) {
 			// An event stream ends on an event boundary at the
 			// connection's close signal (its GOAWAY).
-			if cut, done := c.l.EventStream(c.conn, events.IsEventStream(resp.Header.ContentType()), int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
+			if cut, done := c.l.EventStream(c.conn, int64(resp.Header.ContentLength()), b.Interrupt); done != nil {
 				b.CutWith(cut, done)
 			}
 		}
@@ -496,13 +496,15 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		return resp.StatusCode, ep, nil
 	}
 	var body io.Reader = resp.Body
-	// An event stream ends on an event boundary at the connection's close
-	// signal (its GOAWAY); closing the body wakes a read waiting for the
-	// upstream, and cancels the upstream's stream.
-	if cut, done := c.l.EventStream(c.conn, events.IsEventStream(resp.Header.Get("Content-Type")), resp.ContentLength, func() { resp.Body.Close() }); done != nil {
-		defer done()
-		if cut != nil {
-			body = cut.Reader(body)
+	if events.IsEventStream(resp.Header.Get("Content-Type")) {
+		// An event stream ends on an event boundary at the connection's
+		// close signal (its GOAWAY); closing the body wakes a read
+		// waiting for the upstream, and cancels the upstream's stream.
+		if cut, done := c.l.EventStream(c.conn, resp.ContentLength, func() { resp.Body.Close() }); done != nil {
+			defer done()
+			if cut != nil {
+				body = cut.Reader(body)
+			}
 		}
 	}
 	if err := st.WriteHeader(resp.StatusCode, false); err != nil {

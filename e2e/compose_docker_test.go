@@ -63,31 +63,16 @@ func docker(t *testing.T, ctx context.Context, stdin io.Reader, args ...string) 
 	return string(out)
 }
 
-// requireTool returns the path of the program name (on $PATH, or in
-// /usr/sbin where Debian puts daemons), failing the test when it is not
-// installed.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if p := filepath.Join("/usr/sbin", name); exec.Command(p, "--version").Run() == nil {
-		return p
-	}
-	t.Fatalf("%s is not installed: run e2e/deps.sh (it installs the tools the tests need)", name)
-	return ""
-}
-
 // ensureDockerd makes sure a Docker engine answers: the one running, or
 // one the test starts (dockerd from Debian's docker.io), stopped at
 // cleanup.
 func ensureDockerd(t *testing.T, ctx context.Context) {
 	t.Helper()
-	requireTool(t, "docker")
+	tool(t, "docker")
 	if exec.CommandContext(ctx, "docker", "info").Run() == nil {
 		return
 	}
-	dockerd := requireTool(t, "dockerd")
+	dockerd := tool(t, "dockerd")
 	if os.Geteuid() != 0 {
 		t.Fatal("no Docker engine runs, and starting one (dockerd) needs root")
 	}
@@ -178,7 +163,7 @@ func baseImages(t *testing.T, ctx context.Context) map[string]string {
 	golang := fmt.Sprintf(golangStandInF, goVersion)
 
 	if !imageExists(ctx, debianStandIn) {
-		debootstrap := requireTool(t, "debootstrap")
+		debootstrap := tool(t, "debootstrap")
 		rootfs := filepath.Join(t.TempDir(), "rootfs")
 		cmd := exec.CommandContext(ctx, debootstrap, "--variant=minbase", "bookworm", rootfs, "http://deb.debian.org/debian")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -338,7 +323,7 @@ func TestComposeRestart(t *testing.T) {
 	ensureDockerd(t, ctx)
 	compose := composeCommand(ctx)
 	if len(compose) == 1 {
-		requireTool(t, "docker-compose")
+		tool(t, "docker-compose")
 	}
 	env := append(os.Environ(), "COMPOSE_PROJECT_NAME="+composeProject, "EBB_WAF_PORT=", "COMPOSE="+strings.Join(compose, " "))
 	for k, v := range baseImages(t, ctx) {

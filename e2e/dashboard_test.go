@@ -29,7 +29,7 @@ import (
 // real Prometheus scraping that ebb evaluates every dashboard query to
 // data, and every rule without error.
 func TestDashboardAndAlerts(t *testing.T) {
-	promtool, prometheus := requireTool(t, "promtool"), requireTool(t, "prometheus")
+	promtool, prometheus := tool(t, "promtool"), tool(t, "prometheus")
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,8 @@ func runDemo(t *testing.T, args ...string) (int, string) {
 // away (1001), and each client reconnected; the same restart runs
 // through nginx and HAProxy, side by side; the demo exits 0.
 func TestRollingRestartDemo(t *testing.T) {
+	tool(t, "nginx")
+	tool(t, "haproxy")
 	t.Parallel()
 	code, out := runDemo(t, "-peers", "nginx,haproxy")
 	t.Logf("the demo's output:\n%s", out)

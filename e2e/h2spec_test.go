@@ -173,32 +173,9 @@ func checkH2Spec(t *testing.T, cases []h2specCase) {
 	}
 }
 
-// h2specPath finds h2spec on $PATH or where go install puts it, or fails
-// the test: h2spec is a dependency of the suite, installed by e2e/deps.sh.
+// h2specPath finds h2spec (see tool), which e2e/deps.sh installs with
+// go install github.com/summerwind/h2spec/cmd/h2spec@h2specVersion.
 func h2specPath(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("h2spec"); err == nil {
-		return p
-	}
-	// "go env GOBIN GOPATH" prints one line each, GOBIN's empty if unset.
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(string(out), "\n")
-		var dirs []string
-		if lines[0] != "" {
-			dirs = append(dirs, lines[0])
-		}
-		if len(lines) > 1 {
-			for _, d := range filepath.SplitList(lines[1]) {
-				dirs = append(dirs, filepath.Join(d, "bin"))
-			}
-		}
-		for _, d := range dirs {
-			p := filepath.Join(d, "h2spec")
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				return p
-			}
-		}
-	}
-	t.Fatalf("h2spec is not installed: run e2e/deps.sh, or go install github.com/summerwind/h2spec/cmd/h2spec@%s", h2specVersion)
-	return ""
+	return tool(t, "h2spec")
 }

@@ -435,15 +435,10 @@ func get(t *testing.T, c *http.Client, url string) (int, []byte, *http.Response)
 	return do(t, c, req)
 }
 
-// curlPath returns curl's path, or fails the test: curl is a dependency of
-// the suite, installed by e2e/deps.sh.
+// curlPath returns curl's path (see tool).
 func curlPath(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("curl")
-	if err != nil {
-		t.Fatal("curl is not installed: run e2e/deps.sh (it installs the tools the tests need)")
-	}
-	return p
+	return tool(t, "curl")
 }
 
 // curlResult is what one curl run produced.

@@ -85,15 +85,11 @@ func matrixCurl(t *testing.T, args ...string) (status int, version string, body 
 	return status, version, body
 }
 
-// h2loadPath returns h2load's path, or fails the test: it is a dependency
-// of the suite, installed by e2e/deps.sh.
+// h2loadPath returns h2load's path (see tool; e2e/deps.sh installs
+// nghttp2-client).
 func h2loadPath(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("h2load")
-	if err != nil {
-		t.Fatal("h2load is not installed: run e2e/deps.sh (it installs nghttp2-client)")
-	}
-	return p
+	return tool(t, "h2load")
 }
 
 // h2loadRequests and h2loadStatus match the summary lines of h2load.

@@ -33,18 +33,10 @@ type nginxProc struct {
 	err    error // the master's exit, set before done is closed
 }
 
-// nginxPath returns nginx's path, or fails the test: nginx is a
-// dependency of the suite, installed by e2e/deps.sh.
+// nginxPath returns nginx's path (see tool).
 func nginxPath(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("nginx"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-		return "/usr/sbin/nginx"
-	}
-	t.Fatal("nginx is not installed: run e2e/deps.sh (it installs the tools the tests need)")
-	return ""
+	return tool(t, "nginx")
 }
 
 // startNginx starts nginx with a configuration whose http block holds

@@ -52,6 +52,7 @@ var soakSlack = soakCounts{}
 // goroutines rather than marked parallel, so that they overlap whatever
 // -parallel is, their waits for ebb to settle included.
 func TestSoak(t *testing.T) {
+	long(t)
 	t.Parallel()
 	kinds := []struct {
 		name string

@@ -173,7 +173,7 @@ func (l *listener) serve() {
 	if err := l.h1.Serve(l.chl); err != nil {
 		l.p.log.Error("engine stopped", "listener", l.cfg.Name, "err", err)
 	}
-	// The engine stops on Shutdown or Close, which stop the loop first.
+	// The engine stops on close, which stops the loop first.
 	<-loopDone
 }
 

@@ -40,7 +40,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/tracing"
 )
 
-// ErrClosed is returned by Start after Shutdown or Close.
+// ErrClosed is returned by Start after Close.
 var ErrClosed = errors.New("proxy: closed")
 
 // Proxy serves every listener of one configuration.

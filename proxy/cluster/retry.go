@@ -175,7 +175,7 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 // endpoint, when it judges that safe; left alone it makes up to seven
 // tries, pausing up to 32 s between them, against an endpoint that
 // refuses every stream. Such requests are therefore arranged to come back
-// here instead (see resendOnce), and the retry policy decides.
+// here instead (see upstream.ResendOnce), and the retry policy decides.
 func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), trip *Trip, log *slog.Logger) (*http.Response, *Endpoint, error) {
 	idempotent := upstream.IsIdempotentMethod(out.Method)
 	h2 := c.cfg.Protocol != config.ProtocolAuto // auto may be HTTP/1.1

@@ -94,7 +94,7 @@ func (c *call) relayHTTP(resp *http.Response, ep *cluster.Endpoint) int {
 	body.Answered()
 	fr := &c.ctx.Response
 	fr.SetStatusCode(resp.StatusCode)
-	headers.StdResponse(resp.Header, viaOf(c.s.l.Table(), resp))
+	headers.StdResponse(resp.Header, c.s.l.Table().ViaFor(resp.ProtoMajor))
 	for k, vv := range resp.Header {
 		if k == "Content-Length" {
 			continue // the body stream's length is set below
@@ -203,13 +203,4 @@ func (b *httpBody) Close() error {
 		}
 	})
 	return err
-}
-
-// viaOf returns what headers.via adds to the Via of resp: the version
-// the upstream answered in.
-func viaOf(t *route.Table, resp *http.Response) []byte {
-	if resp.ProtoMajor == 2 {
-		return t.Via2
-	}
-	return t.Via11
 }

@@ -468,7 +468,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	}
 	defer ep.Release()
 	defer resp.Body.Close()
-	headers.StdResponse(resp.Header, viaOf(c.l.Table(), resp))
+	headers.StdResponse(resp.Header, c.l.Table().ViaFor(resp.ProtoMajor))
 	noBody := bodyless(resp.StatusCode) || string(st.Method()) == http.MethodHead
 	if bodyless(resp.StatusCode) {
 		// As the HTTP/1 transport does: nothing frames what is not there.
@@ -673,13 +673,4 @@ func copyBody(st *Stream, src io.Reader) (int64, error) {
 			return sent, err
 		}
 	}
-}
-
-// viaOf returns what headers.via adds to the Via of resp: the version
-// the upstream answered in.
-func viaOf(t *route.Table, resp *http.Response) []byte {
-	if resp.ProtoMajor == 2 {
-		return t.Via2
-	}
-	return t.Via11
 }

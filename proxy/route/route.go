@@ -110,6 +110,15 @@ type Table struct {
 	Paths paths.Options
 }
 
+// ViaFor returns what headers.via adds to the Via of a response an
+// upstream sent in HTTP/major (2, else 1.1).
+func (t *Table) ViaFor(major int) []byte {
+	if major == 2 {
+		return t.Via2
+	}
+	return t.Via11
+}
+
 // pathOptions maps a listener's paths block to its options.
 func pathOptions(p config.Paths) paths.Options {
 	o := paths.Options{Normalize: p.Normalize, MergeSlashes: p.MergeSlashes}

@@ -63,6 +63,7 @@ type listedPackage struct {
 	Dir        string
 	GoFiles    []string
 	Imports    []string
+	Deps       []string
 }
 
 func listPackages(t *testing.T) []listedPackage {
@@ -107,6 +108,35 @@ func TestImportLayers(t *testing.T) {
 			depRank, depRanked := layers[dep]
 			if ranked && depRanked && depRank >= rank {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports run from higher layers to lower ones only", name, rank, dep, depRank)
+			}
+		}
+	}
+}
+
+// heavy are the dependencies the data path (proxy/..., the fixtures
+// aside) must not have, even indirectly: gRPC, OpenTelemetry's SDK and
+// exporters, the Prometheus client. They come with the telemetry
+// pipeline, which cmd/ebb wires to the data path; proxy/metrics hands its
+// series over in telemetry/collect's plain form. (Kubernetes' client-go
+// still arrives through proxy/cluster's use of discovery: issue 37.)
+var heavy = []string{
+	"google.golang.org/grpc",
+	"go.opentelemetry.io/otel/sdk",
+	"go.opentelemetry.io/otel/exporters",
+	"github.com/prometheus/",
+}
+
+func TestDataPathDependencies(t *testing.T) {
+	for _, p := range listPackages(t) {
+		name := strings.TrimPrefix(p.ImportPath, module)
+		if !strings.HasPrefix(name, "proxy") || name == "proxy/proxytest" || strings.HasPrefix(name, "proxy/internal/") {
+			continue
+		}
+		for _, dep := range p.Deps {
+			for _, h := range heavy {
+				if strings.HasPrefix(dep, h) {
+					t.Errorf("%s depends on %s: the data path takes no gRPC, OpenTelemetry SDK or exporter, or Prometheus client", name, dep)
+				}
 			}
 		}
 	}

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -38,6 +37,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/tracing"
+	"github.com/ebb-proxy/ebb/telemetry/collect"
 )
 
 // ErrClosed is returned by Start after Close.
@@ -225,9 +225,9 @@ func (p *Proxy) Sockets() []Socket {
 	return out
 }
 
-// MetricsProducer returns the producer of the per-request metrics, to be
-// added to the telemetry pipeline (see telemetry.Telemetry.AddProducer).
-func (p *Proxy) MetricsProducer() sdkmetric.Producer { return p.metrics }
+// MetricsCollector returns the collector of the per-request metrics, to
+// be added to the telemetry pipeline (see telemetry.Telemetry.AddCollector).
+func (p *Proxy) MetricsCollector() collect.Collector { return p.metrics }
 
 // Endpoints reports every cluster's current endpoints, by cluster name.
 func (p *Proxy) Endpoints() []cluster.State {

@@ -22,16 +22,18 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/telemetry/collect"
 )
 
 // MeterName is the instrumentation scope of every ebb instrument.
-const MeterName = "github.com/ebb-proxy/ebb"
+const MeterName = collect.MeterName
 
 // Telemetry owns the logger and the meter and tracer providers.
 type Telemetry struct {
@@ -47,15 +49,45 @@ type Telemetry struct {
 	producers producers
 }
 
-// DurationBounds are the bucket bounds, in seconds, of every duration
-// histogram ebb exports.
-var DurationBounds = [...]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+// AddCollector adds metrics that a package aggregates itself (with
+// atomics, on its hot path) to what /metrics serves. The collector's
+// Collect is called at each scrape. A no-op when metrics are off.
+func (t *Telemetry) AddCollector(c collect.Collector) {
+	t.producers.add(ProducerOf(c))
+}
 
-// AddProducer adds metrics that a package aggregates itself (with atomics,
-// on its hot path) to what /metrics serves. The producer's Produce is
-// called at each scrape. A no-op when metrics are off.
-func (t *Telemetry) AddProducer(p sdkmetric.Producer) {
-	t.producers.add(p)
+// ProducerOf returns c as an OpenTelemetry metric producer: its series
+// in the instrumentation scope MeterName.
+func ProducerOf(c collect.Collector) sdkmetric.Producer { return collector{c} }
+
+type collector struct{ c collect.Collector }
+
+// Produce implements sdkmetric.Producer.
+func (c collector) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	start, now, series := c.c.Collect()
+	sm := metricdata.ScopeMetrics{Scope: instrumentation.Scope{Name: MeterName}}
+	for _, s := range series {
+		m := metricdata.Metrics{Name: s.Name, Unit: s.Unit, Description: s.Description}
+		if s.Histogram {
+			h := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+			for _, p := range s.Histograms {
+				h.DataPoints = append(h.DataPoints, metricdata.HistogramDataPoint[float64]{
+					Attributes: p.Attrs, StartTime: start, Time: now,
+					Count: p.Count, Bounds: collect.DurationBounds[:], BucketCounts: p.Buckets, Sum: p.Sum,
+				})
+			}
+			m.Data = h
+		} else {
+			sum := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
+			for _, p := range s.Counters {
+				sum.DataPoints = append(sum.DataPoints, metricdata.DataPoint[int64]{
+					Attributes: p.Attrs, StartTime: start, Time: now, Value: p.Value})
+			}
+			m.Data = sum
+		}
+		sm.Metrics = append(sm.Metrics, m)
+	}
+	return []metricdata.ScopeMetrics{sm}, nil
 }
 
 // producers fans Produce out to every added producer.
@@ -120,7 +152,7 @@ func New(cfg config.Telemetry, w io.Writer) (*Telemetry, error) {
 		sdkmetric.WithReader(exporter),
 		sdkmetric.WithView(sdkmetric.NewView(
 			sdkmetric.Instrument{Name: "*duration*"},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBounds[:]}},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: collect.DurationBounds[:]}},
 		)),
 	)
 	t.Meter = t.provider.Meter(MeterName)

@@ -7,10 +7,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/telemetry/collect"
 )
 
 func TestLogger(t *testing.T) {
@@ -35,13 +35,16 @@ func TestLogger(t *testing.T) {
 	}
 }
 
-type fixedProducer struct{}
+// fixedCollector hands over one counter and one histogram.
+type fixedCollector struct{}
 
-func (fixedProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
-	return []metricdata.ScopeMetrics{{Metrics: []metricdata.Metrics{{
-		Name: "ebb.test", Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true,
-			DataPoints: []metricdata.DataPoint[int64]{{Value: 7}}},
-	}}}}, nil
+func (fixedCollector) Collect() (start, now time.Time, series []collect.Series) {
+	now = time.Now()
+	return now, now, []collect.Series{
+		{Name: "ebb.test", Counters: []collect.Counter{{Value: 7}}},
+		{Name: "ebb.test.duration", Unit: "s", Histogram: true, Histograms: []collect.Histogram{{
+			Count: 2, Sum: 0.003, Buckets: make([]uint64, len(collect.DurationBounds)+1)}}},
+	}
 }
 
 func TestMetrics(t *testing.T) {
@@ -55,11 +58,11 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Add(context.Background(), 3)
-	tel.AddProducer(fixedProducer{})
+	tel.AddCollector(fixedCollector{})
 	rec := httptest.NewRecorder()
 	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, want := range []string{"ebb_widgets_total 3", "ebb_test_total 7", "go_goroutines"} {
+	for _, want := range []string{"ebb_widgets_total 3", "ebb_test_total 7", "ebb_test_duration_seconds_count 2", "go_goroutines"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -198,7 +198,7 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	if err != nil {
 		return nil, fmt.Errorf("building the proxy: %w", err)
 	}
-	tel.AddProducer(px.MetricsProducer())
+	tel.AddCollector(px.MetricsCollector())
 	// Everything is bound before anything is accepted: a start that fails
 	// half-way must not have taken a connection it would then drop.
 	if err := px.Bind(socks.Listen); err != nil {

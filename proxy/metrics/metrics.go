@@ -1,6 +1,6 @@
 // Package metrics holds the data path's instruments: per-request counts
 // and durations per route, kept in atomics and handed to OpenTelemetry at
-// scrape time (Metrics.Produce), per-cluster upstream counters, and the
+// scrape time (Metrics.Collect), per-cluster upstream counters, and the
 // connection and drain gauges read from the drain registry.
 package metrics
 
@@ -14,20 +14,18 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
-	"github.com/ebb-proxy/ebb/telemetry"
+	"github.com/ebb-proxy/ebb/telemetry/collect"
 )
 
 // Metrics are the data path's instruments.
 //
 // Per-request figures (requests, durations) are counted by the proxy itself
 // in atomics, one set per route, and handed to OpenTelemetry at scrape time
-// by Produce: the request path pays a few atomic adds, no lock, no map
-// lookup and no allocation. Per-connection and error figures use
+// by Collect (through package telemetry): the request path pays a few
+// atomic adds, no lock, no map lookup and no allocation. Per-connection and error figures use
 // OpenTelemetry instruments with attribute sets built in advance.
 type Metrics struct {
 	connects       metric.Int64Counter
@@ -170,11 +168,11 @@ func statusClass(code int) int {
 	return 0
 }
 
-// durationBounds are telemetry.DurationBounds as durations, for bucketing
+// durationBounds are collect.DurationBounds as durations, for bucketing
 // without floating point on the request path.
 var durationBounds = func() []time.Duration {
-	out := make([]time.Duration, len(telemetry.DurationBounds))
-	for i, b := range telemetry.DurationBounds {
+	out := make([]time.Duration, len(collect.DurationBounds))
+	for i, b := range collect.DurationBounds {
 		out[i] = time.Duration(b * float64(time.Second))
 	}
 	return out
@@ -191,10 +189,10 @@ type Route struct {
 	durations [numProtos]histogram
 }
 
-// histogram is a duration histogram on telemetry.DurationBounds, counted
+// histogram is a duration histogram on collect.DurationBounds, counted
 // in atomics.
 type histogram struct {
-	buckets  [len(telemetry.DurationBounds) + 1]atomic.Uint64
+	buckets  [len(collect.DurationBounds) + 1]atomic.Uint64
 	sumNanos atomic.Int64
 }
 
@@ -207,9 +205,9 @@ func (h *histogram) observe(d time.Duration) {
 	h.sumNanos.Add(int64(d))
 }
 
-// point returns the histogram as a data point with attrs; ok is false
-// while it has counted nothing.
-func (h *histogram) point(attrs attribute.Set, start, now time.Time) (p metricdata.HistogramDataPoint[float64], ok bool) {
+// point returns the histogram as a point with attrs; ok is false while it
+// has counted nothing.
+func (h *histogram) point(attrs attribute.Set) (p collect.Histogram, ok bool) {
 	counts := make([]uint64, len(h.buckets))
 	var total uint64
 	for i := range counts {
@@ -219,11 +217,8 @@ func (h *histogram) point(attrs attribute.Set, start, now time.Time) (p metricda
 	if total == 0 {
 		return p, false
 	}
-	return metricdata.HistogramDataPoint[float64]{
-		Attributes: attrs, StartTime: start, Time: now,
-		Count: total, Bounds: telemetry.DurationBounds[:], BucketCounts: counts,
-		Sum: time.Duration(h.sumNanos.Load()).Seconds(),
-	}, true
+	return collect.Histogram{Attrs: attrs, Count: total, Buckets: counts,
+		Sum: time.Duration(h.sumNanos.Load()).Seconds()}, true
 }
 
 // ForRoute returns the request counters of one listener and cluster
@@ -268,45 +263,38 @@ func (rm *Route) Record(proto drain.Protocol, status int, start time.Time) {
 	rm.durations[proto].observe(time.Since(start))
 }
 
-// Produce hands the per-request counts to OpenTelemetry as
-// ebb.requests (a counter), ebb.request.duration and
-// ebb.upstream.request.duration (histograms, seconds). It implements
-// go.opentelemetry.io/otel/sdk/metric.Producer.
-func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+// Collect hands the per-request counts over at a scrape as ebb.requests
+// (a counter), ebb.request.duration and ebb.upstream.request.duration
+// (histograms, seconds). It implements collect.Collector.
+func (m *Metrics) Collect() (start, now time.Time, series []collect.Series) {
 	m.mu.Lock()
 	routes := slices.Clone(m.routes)
 	clusters := slices.Clone(m.clusters)
 	m.mu.Unlock()
-	now := time.Now()
-	requests := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
-	durations := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+	now = time.Now()
+	requests := collect.Series{Name: "ebb.requests", Description: "Requests answered, by listener, cluster, status class and protocol."}
+	durations := collect.Series{Name: "ebb.request.duration", Unit: "s", Histogram: true,
+		Description: "Time from the request's first byte to its response handed to the connection."}
 	for _, rm := range routes {
 		for p := range numProtos {
 			for c := range statusClasses {
 				if n := rm.requests[p][c].Load(); n > 0 {
-					requests.DataPoints = append(requests.DataPoints, metricdata.DataPoint[int64]{
-						Attributes: rm.requestAttrs[p][c], StartTime: m.start, Time: now, Value: int64(n)})
+					requests.Counters = append(requests.Counters, collect.Counter{Attrs: rm.requestAttrs[p][c], Value: int64(n)})
 				}
 			}
-			if pt, ok := rm.durations[p].point(rm.durationAttrs[p], m.start, now); ok {
-				durations.DataPoints = append(durations.DataPoints, pt)
+			if pt, ok := rm.durations[p].point(rm.durationAttrs[p]); ok {
+				durations.Histograms = append(durations.Histograms, pt)
 			}
 		}
 	}
-	attempts := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+	attempts := collect.Series{Name: "ebb.upstream.request.duration", Unit: "s", Histogram: true,
+		Description: "Time of each upstream attempt, by cluster: from sending the request to the upstream's response (its head; for an HTTP/1 response ebb does not stream, its body too) or the attempt's failure."}
 	for _, cm := range clusters {
-		if pt, ok := cm.attempts.point(cm.set, m.start, now); ok {
-			attempts.DataPoints = append(attempts.DataPoints, pt)
+		if pt, ok := cm.attempts.point(cm.set); ok {
+			attempts.Histograms = append(attempts.Histograms, pt)
 		}
 	}
-	return []metricdata.ScopeMetrics{{
-		Scope: instrumentation.Scope{Name: telemetry.MeterName},
-		Metrics: []metricdata.Metrics{
-			{Name: "ebb.requests", Description: "Requests answered, by listener, cluster, status class and protocol.", Data: requests},
-			{Name: "ebb.request.duration", Unit: "s", Description: "Time from the request's first byte to its response handed to the connection.", Data: durations},
-			{Name: "ebb.upstream.request.duration", Unit: "s", Description: "Time of each upstream attempt, by cluster: from sending the request to the upstream's response (its head; for an HTTP/1 response ebb does not stream, its body too) or the attempt's failure.", Data: attempts},
-		},
-	}}, nil
+	return m.start, now, []collect.Series{requests, durations, attempts}
 }
 
 // ForCluster returns the instruments of one cluster: the same ones for

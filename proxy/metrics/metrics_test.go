@@ -12,6 +12,7 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
+	"github.com/ebb-proxy/ebb/telemetry"
 )
 
 func TestMetricsProduce(t *testing.T) {
@@ -27,7 +28,7 @@ func TestMetricsProduce(t *testing.T) {
 	}
 
 	m.routes = m.routes[:1] // drop "other"
-	sms, err := m.Produce(context.Background())
+	sms, err := telemetry.ProducerOf(m).Produce(context.Background())
 	if err != nil || len(sms) != 1 || len(sms[0].Metrics) != 3 {
 		t.Fatalf("Produce = %v, %v", sms, err)
 	}
@@ -135,7 +136,7 @@ func TestClusterMetrics(t *testing.T) {
 		}
 	}
 
-	sms, err := m.Produce(context.Background())
+	sms, err := telemetry.ProducerOf(m).Produce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

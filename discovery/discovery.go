@@ -3,14 +3,18 @@
 // when it errs. Sources know nothing about proxying: the proxy consumes
 // the sets.
 //
-// This version has the static, file, DNS and Kubernetes sources.
+// This package has the static, file and DNS sources; the Kubernetes source,
+// on client-go, is package discovery/kubernetes, which plugs into New
+// (UseKubernetes) where a program links it in (cmd/ebb).
 package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -100,14 +104,27 @@ func New(d config.Discovery, log *slog.Logger) (Source, error) {
 	case d.DNS != nil:
 		return NewDNS(d.DNS.Name, d.DNS.Port, d.DNS.Refresh, d.DNS.Server, log), nil
 	case d.Kubernetes != nil:
-		k, err := NewKubernetes(*d.Kubernetes, log)
-		if err != nil {
-			return nil, err // not a typed nil in a Source
+		newKube := kubernetes.Load()
+		if newKube == nil {
+			return nil, errors.New("discovery: Kubernetes sources are not built into this program (package discovery/kubernetes, Use)")
 		}
-		return k, nil
+		return (*newKube)(*d.Kubernetes, log)
 	}
 	return nil, fmt.Errorf("discovery: no supported source configured")
 }
+
+// KubernetesFunc builds a source for a Kubernetes Service.
+type KubernetesFunc func(config.KubernetesSrc, *slog.Logger) (Source, error)
+
+// kubernetes is the builder of Kubernetes sources, set by UseKubernetes;
+// nil until then.
+var kubernetes atomic.Pointer[KubernetesFunc]
+
+// UseKubernetes has New build Kubernetes sources with f. Package
+// discovery/kubernetes (Use) passes its own: this package does not import
+// client-go, so that the data path, which builds its clusters' sources
+// here, does not either.
+func UseKubernetes(f KubernetesFunc) { kubernetes.Store(&f) }
 
 // Static is a fixed list of endpoints.
 type Static struct {

@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ebb-proxy/ebb/config"
@@ -35,5 +36,14 @@ func TestStatic(t *testing.T) {
 func TestNewWithoutSource(t *testing.T) {
 	if _, err := New(config.Discovery{}, nil); err == nil {
 		t.Fatal("no error for a discovery with no source")
+	}
+}
+
+// TestNewKubernetesNotLinked: a Kubernetes source asked of a program that
+// did not link package discovery/kubernetes in is an error that says so.
+func TestNewKubernetesNotLinked(t *testing.T) {
+	src, err := New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app"}}, nil)
+	if err == nil || src != nil || !strings.Contains(err.Error(), "not built into this program") {
+		t.Fatalf("New = %v, %v; want the error that Kubernetes sources are not built in", src, err)
 	}
 }

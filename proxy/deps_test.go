@@ -114,12 +114,14 @@ func TestImportLayers(t *testing.T) {
 }
 
 // heavy are the dependencies the data path (proxy/..., the fixtures
-// aside) must not have, even indirectly: gRPC, OpenTelemetry's SDK and
-// exporters, the Prometheus client. They come with the telemetry
-// pipeline, which cmd/ebb wires to the data path; proxy/metrics hands its
-// series over in telemetry/collect's plain form. (Kubernetes' client-go
-// still arrives through proxy/cluster's use of discovery: issue 37.)
+// aside) must not have, even indirectly: Kubernetes' client, gRPC,
+// OpenTelemetry's SDK and exporters, the Prometheus client. They come
+// with the discovery sources and the telemetry pipeline, which cmd/ebb
+// wires to the data path: proxy/metrics hands its series over in
+// telemetry/collect's plain form, and package discovery builds Kubernetes
+// sources with what discovery/kubernetes gives it (UseKubernetes).
 var heavy = []string{
+	"k8s.io/",
 	"google.golang.org/grpc",
 	"go.opentelemetry.io/otel/sdk",
 	"go.opentelemetry.io/otel/exporters",
@@ -135,7 +137,7 @@ func TestDataPathDependencies(t *testing.T) {
 		for _, dep := range p.Deps {
 			for _, h := range heavy {
 				if strings.HasPrefix(dep, h) {
-					t.Errorf("%s depends on %s: the data path takes no gRPC, OpenTelemetry SDK or exporter, or Prometheus client", name, dep)
+					t.Errorf("%s depends on %s: the data path takes no Kubernetes client, gRPC, OpenTelemetry SDK or exporter, or Prometheus client", name, dep)
 				}
 			}
 		}

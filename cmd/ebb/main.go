@@ -26,6 +26,8 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+
+	"github.com/ebb-proxy/ebb/discovery/kubernetes"
 )
 
 // Exit statuses.
@@ -43,6 +45,11 @@ var version = ""
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// Kubernetes discovery (client-go) is wired in here, where the sources,
+// the exporters and the data path meet: package discovery, which the data
+// path builds its sources with, does not import it.
+func init() { kubernetes.Use() }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"

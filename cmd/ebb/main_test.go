@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 )
 
 func TestCommands(t *testing.T) {
@@ -118,5 +121,17 @@ func TestCheckTracing(t *testing.T) {
 				t.Errorf("stdout %q; want ok only when the check passes", out.String())
 			}
 		})
+	}
+}
+
+// TestKubernetesWiredIn: the binary builds Kubernetes sources (package
+// discovery does not import client-go; cmd/ebb plugs it in). A kubeconfig
+// that does not exist fails as client-go's configuration, not as a source
+// missing from the program.
+func TestKubernetesWiredIn(t *testing.T) {
+	_, err := discovery.New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app",
+		Kubeconfig: filepath.Join(t.TempDir(), "missing")}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "configuring the Kubernetes client for shop/app") {
+		t.Fatalf("discovery.New with a Kubernetes source: %v; want client-go's configuration error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package discovery
+package kubernetes
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 )
 
 // apiServer is a Kubernetes API server that knows one thing: the
@@ -267,9 +268,9 @@ current-context: test
 	return path
 }
 
-func (s *apiServer) source(t *testing.T, port string, log *slog.Logger) Source {
+func (s *apiServer) source(t *testing.T, port string, log *slog.Logger) discovery.Source {
 	t.Helper()
-	src, err := New(config.Discovery{Kubernetes: &config.KubernetesSrc{
+	src, err := discovery.New(config.Discovery{Kubernetes: &config.KubernetesSrc{
 		Namespace: "shop", Service: "app", Port: port, Kubeconfig: s.kubeconfig(t)}}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func stopping(addr string) discoveryv1.Endpoint { return ep(addr, no, no, yes) }
 func notReady(addr string) discoveryv1.Endpoint { return ep(addr, no, no, no) }
 
 // show renders a set's endpoints as "address state".
-func show(s Set) []string {
+func show(s discovery.Set) []string {
 	out := make([]string, len(s.Endpoints))
 	for i, e := range s.Endpoints {
 		out[i] = e.Address + " " + e.State.String()
@@ -366,11 +367,11 @@ func (b *logBuffer) wait(t *testing.T, substr string) {
 
 // runSource runs src until the test ends, and checks that Run returns
 // when its context ends.
-func runSource(t *testing.T, src Source) (sets chan Set, stop func()) {
+func runSource(t *testing.T, src discovery.Source) (sets chan discovery.Set, stop func()) {
 	ctx, cancel := context.WithCancel(t.Context())
-	sets = make(chan Set, 16)
+	sets = make(chan discovery.Set, 16)
 	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(s Set) { sets <- s }) }()
+	go func() { done <- src.Run(ctx, func(s discovery.Set) { sets <- s }) }()
 	stop = sync.OnceFunc(func() {
 		cancel()
 		select {
@@ -386,18 +387,18 @@ func runSource(t *testing.T, src Source) (sets chan Set, stop func()) {
 	return sets, stop
 }
 
-func nextSet(t *testing.T, sets chan Set) Set {
+func nextSet(t *testing.T, sets chan discovery.Set) discovery.Set {
 	t.Helper()
 	select {
 	case s := <-sets:
 		return s
 	case <-time.After(10 * time.Second):
 		t.Fatal("no set delivered")
-		return Set{}
+		return discovery.Set{}
 	}
 }
 
-func noSet(t *testing.T, sets chan Set) {
+func noSet(t *testing.T, sets chan discovery.Set) {
 	t.Helper()
 	select {
 	case s := <-sets:
@@ -424,7 +425,7 @@ func testKubernetesSource(t *testing.T, watchList bool) {
 	api.apply("ADDED", slice("app-a", "IPv4", httpPorts, ready("10.0.0.1"), ready("10.0.0.2"), notReady("10.0.0.3")))
 	src := api.source(t, "http", log)
 
-	step := func(name string, got Set, want ...string) {
+	step := func(name string, got discovery.Set, want ...string) {
 		t.Helper()
 		if !slices.Equal(show(got), want) {
 			t.Fatalf("%s: set %q, want %q", name, show(got), want)
@@ -559,13 +560,13 @@ func TestEndpointState(t *testing.T) {
 	tests := []struct {
 		name                        string
 		ready, serving, terminating *bool
-		want                        EndpointState
+		want                        discovery.EndpointState
 		ok                          bool
 	}{
-		{"ready", yes, yes, no, Ready, true},
-		{"conditions unset", nil, nil, nil, Ready, true},
-		{"ready while terminating (publishNotReadyAddresses)", yes, yes, yes, Ready, true},
-		{"terminating, serving", no, yes, yes, Serving, true},
+		{"ready", yes, yes, no, discovery.Ready, true},
+		{"conditions unset", nil, nil, nil, discovery.Ready, true},
+		{"ready while terminating (publishNotReadyAddresses)", yes, yes, yes, discovery.Ready, true},
+		{"terminating, serving", no, yes, yes, discovery.Serving, true},
 		{"terminating, not serving", no, no, yes, 0, false},
 		{"not ready", no, no, no, 0, false},
 		{"not ready, serving unset", no, nil, nil, 0, false},
@@ -579,14 +580,14 @@ func TestEndpointState(t *testing.T) {
 	}
 }
 
-func TestNewKubernetesConfig(t *testing.T) {
-	_, err := New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app",
+func TestNewConfig(t *testing.T) {
+	_, err := discovery.New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app",
 		Kubeconfig: filepath.Join(t.TempDir(), "missing")}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "configuring the Kubernetes client for shop/app") {
 		t.Fatalf("missing kubeconfig: %v", err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	src, err := New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app"}}, nil)
+	src, err := discovery.New(config.Discovery{Kubernetes: &config.KubernetesSrc{Namespace: "shop", Service: "app"}}, nil)
 	if err == nil || src != nil {
 		t.Fatalf("in-cluster config outside a cluster: %v, %v", src, err)
 	}

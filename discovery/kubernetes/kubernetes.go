@@ -1,4 +1,4 @@
-package discovery
+package kubernetes
 
 import (
 	"cmp"
@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/discovery"
 )
 
 // kubernetesTimeout bounds Load's one List call.
@@ -40,8 +41,8 @@ const apiLogInterval = time.Minute
 // Kubernetes watches the EndpointSlices of a Service with a client-go
 // informer and delivers their endpoints.
 //
-// An endpoint is Ready when its ready condition is true (or unset), and
-// Serving when it is not ready but still serving while terminating; any
+// An endpoint is discovery.Ready when its ready condition is true (or unset), and
+// discovery.Serving when it is not ready but still serving while terminating; any
 // other endpoint is left out. Only the first address of an endpoint is
 // used (the API defines no meaning for the others). An address in several
 // slices, as during a slice rebalance, appears once, in its best state.
@@ -64,9 +65,23 @@ type Kubernetes struct {
 	api      apiHealth
 }
 
-// NewKubernetes returns a source for the Service c names. Without a
-// kubeconfig it uses the pod's service account (in-cluster config).
-func NewKubernetes(c config.KubernetesSrc, log *slog.Logger) (*Kubernetes, error) {
+// Use has discovery.New build this package's sources for clusters that
+// name a Kubernetes Service. cmd/ebb calls it: client-go comes into the
+// binary there, and not into the data path, which knows only package
+// discovery.
+func Use() {
+	discovery.UseKubernetes(func(c config.KubernetesSrc, log *slog.Logger) (discovery.Source, error) {
+		k, err := New(c, log)
+		if err != nil {
+			return nil, err // not a typed nil in a Source
+		}
+		return k, nil
+	})
+}
+
+// New returns a source for the Service c names. Without a kubeconfig it
+// uses the pod's service account (in-cluster config).
+func New(c config.KubernetesSrc, log *slog.Logger) (*Kubernetes, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -102,12 +117,12 @@ func NewKubernetes(c config.KubernetesSrc, log *slog.Logger) (*Kubernetes, error
 }
 
 // Load lists the Service's slices once.
-func (k *Kubernetes) Load() (Set, error) {
+func (k *Kubernetes) Load() (discovery.Set, error) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), k.klog), kubernetesTimeout)
 	defer cancel()
 	list, err := k.client.List(ctx, metav1.ListOptions{LabelSelector: k.selector})
 	if err != nil {
-		return Set{}, fmt.Errorf("discovery: listing the EndpointSlices of %s: %w", k.name, err)
+		return discovery.Set{}, fmt.Errorf("discovery: listing the EndpointSlices of %s: %w", k.name, err)
 	}
 	ss := make([]*discoveryv1.EndpointSlice, len(list.Items))
 	for i := range list.Items {
@@ -115,19 +130,19 @@ func (k *Kubernetes) Load() (Set, error) {
 	}
 	eps := k.endpoints(ss, map[string]string{})
 	if len(eps) == 0 {
-		return Set{}, fmt.Errorf("discovery: kubernetes %s has no ready or serving endpoints", k.name)
+		return discovery.Set{}, fmt.Errorf("discovery: kubernetes %s has no ready or serving endpoints", k.name)
 	}
 	return k.set(eps), nil
 }
 
-func (k *Kubernetes) set(eps []Endpoint) Set {
-	return Set{Endpoints: eps, Source: "kubernetes " + k.name, Updated: time.Now()}
+func (k *Kubernetes) set(eps []discovery.Endpoint) discovery.Set {
+	return discovery.Set{Endpoints: eps, Source: "kubernetes " + k.name, Updated: time.Now()}
 }
 
 // Run watches the slices and delivers the set once the informer has its
 // first complete view, then each set that differs from the last, until ctx
 // ends. It returns after the informer's goroutines have.
-func (k *Kubernetes) Run(ctx context.Context, update func(Set)) error {
+func (k *Kubernetes) Run(ctx context.Context, update func(discovery.Set)) error {
 	inf := cache.NewSharedIndexInformer(k.listWatch(), &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
 	if err := inf.SetWatchErrorHandlerWithContext(k.watchError); err != nil {
 		return fmt.Errorf("discovery: watching %s: %w", k.name, err)
@@ -156,7 +171,7 @@ func (k *Kubernetes) Run(ctx context.Context, update func(Set)) error {
 	wg.Go(func() { inf.RunWithContext(klog.NewContext(ctx, k.klog)) })
 
 	synced := reg.HasSyncedChecker().Done() // nil once synced
-	var last []Endpoint
+	var last []discovery.Endpoint
 	delivered := false
 	logged := map[string]string{} // slices skipped, and why, as last logged
 	for {
@@ -241,8 +256,8 @@ func (k *Kubernetes) watchError(_ context.Context, _ *cache.Reflector, err error
 // without the configured port is skipped with a warning, logged when its
 // reason differs from the one in logged (slice name → reason), which it
 // updates.
-func (k *Kubernetes) endpoints(ss []*discoveryv1.EndpointSlice, logged map[string]string) []Endpoint {
-	states := map[string]EndpointState{}
+func (k *Kubernetes) endpoints(ss []*discoveryv1.EndpointSlice, logged map[string]string) []discovery.Endpoint {
+	states := map[string]discovery.EndpointState{}
 	skipped := map[string]string{}
 	for _, s := range ss {
 		if len(s.Endpoints) == 0 {
@@ -272,11 +287,11 @@ func (k *Kubernetes) endpoints(ss []*discoveryv1.EndpointSlice, logged map[strin
 	}
 	clear(logged)
 	maps.Copy(logged, skipped)
-	eps := make([]Endpoint, 0, len(states))
+	eps := make([]discovery.Endpoint, 0, len(states))
 	for addr, state := range states {
-		eps = append(eps, Endpoint{Address: addr, State: state})
+		eps = append(eps, discovery.Endpoint{Address: addr, State: state})
 	}
-	slices.SortFunc(eps, func(a, b Endpoint) int { return cmp.Compare(a.Address, b.Address) })
+	slices.SortFunc(eps, func(a, b discovery.Endpoint) int { return cmp.Compare(a.Address, b.Address) })
 	return eps
 }
 
@@ -306,12 +321,12 @@ func (k *Kubernetes) slicePort(s *discoveryv1.EndpointSlice) (int32, error) {
 // an endpoint that must get no traffic. A not-ready endpoint that is not
 // terminating is a pod that is not (or no longer) ready: it gets nothing,
 // even if serving is unset (which the API says to read as true).
-func endpointState(c discoveryv1.EndpointConditions) (state EndpointState, ok bool) {
+func endpointState(c discoveryv1.EndpointConditions) (state discovery.EndpointState, ok bool) {
 	switch {
 	case c.Ready == nil || *c.Ready:
-		return Ready, true
+		return discovery.Ready, true
 	case c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating:
-		return Serving, true
+		return discovery.Serving, true
 	}
 	return 0, false
 }

@@ -1,6 +1,9 @@
 package headers
 
 import (
+	"bytes"
+	"sync"
+
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 )
@@ -48,7 +51,7 @@ func ValidFastNames(h *fasthttp.RequestHeader) bool {
 // must already hold the request's authority. scratch is reused to build
 // values and returned for the next request.
 func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
-	scratch = request(h, scanRequest(h), &hop, scratch)
+	scratch = request(fastRequest{h}, scanRequest(h), &hop, scratch)
 	if !hop.Upgrade {
 		h.ResetConnectionClose()
 	}
@@ -65,10 +68,156 @@ func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
 // upgrade keeps Connection and Upgrade, for a 101 being relayed; via, if
 // set, is appended to Via ("1.1 ebb": the upstream answered in HTTP/1.1).
 func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
-	response(h, scanResponse(h), upgrade, via)
+	response(fastResponse{h}, scanResponse(h), upgrade, via)
 	if !upgrade {
 		h.ResetConnectionClose()
 	}
+}
+
+// fastRequest and fastResponse are fasthttp's headers as the rules'
+// Fields, with a delete that keeps the order of every other field's
+// lines (see reordered).
+type (
+	fastRequest  struct{ *fasthttp.RequestHeader }
+	fastResponse struct{ *fasthttp.ResponseHeader }
+)
+
+// maxNames is how many lines' names a delete looks at on the stack; a
+// header with more takes the slow way, which is always right.
+const maxNames = 48
+
+func (h fastRequest) DelBytes(name []byte) {
+	var buf [maxNames][]byte
+	n := 0
+	for k := range h.All() {
+		if n == len(buf) {
+			n = -1
+			break
+		}
+		buf[n], n = k, n+1
+	}
+	if n >= 0 && !reordered(buf[:n], name, specialRequest) {
+		h.RequestHeader.DelBytes(name)
+		return
+	}
+	lb := lineBufs.Get().(*lineBuf)
+	for k, v := range h.All() {
+		lb.keep(k, v, name, specialRequest)
+	}
+	lb.readd(h.RequestHeader, name)
+}
+
+func (h fastResponse) DelBytes(name []byte) {
+	var buf [maxNames][]byte
+	n := 0
+	for k := range h.All() {
+		if n == len(buf) {
+			n = -1
+			break
+		}
+		buf[n], n = k, n+1
+	}
+	if n >= 0 && !reordered(buf[:n], name, specialResponse) {
+		h.ResponseHeader.DelBytes(name)
+		return
+	}
+	lb := lineBufs.Get().(*lineBuf)
+	for k, v := range h.All() {
+		lb.keep(k, v, name, specialResponse)
+	}
+	lb.readd(h.ResponseHeader, name)
+}
+
+// The fields fasthttp keeps apart from the others (in fields of its own,
+// not among the lines a delete moves), by header type.
+var (
+	specialRequest = [][]byte{[]byte("Host"), []byte("Content-Type"), []byte("Content-Length"),
+		[]byte("Transfer-Encoding"), []byte("User-Agent"), []byte("Cookie"), []byte("Trailer")}
+	specialResponse = [][]byte{[]byte("Content-Type"), []byte("Content-Length"), []byte("Content-Encoding"),
+		[]byte("Transfer-Encoding"), []byte("Server"), []byte("Set-Cookie"), []byte("Trailer"), []byte("Date")}
+)
+
+func isSpecial(name []byte, special [][]byte) bool {
+	for _, s := range special {
+		if bytes.EqualFold(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// reordered reports whether fasthttp's delete of name from a header
+// whose lines have the names given would reorder a field's lines.
+// fasthttp deletes a line by moving the last line into its place, which
+// puts that line before the ones it followed: when one of those is a
+// line of the same field, the field's lines change order ("X-A: 1",
+// "X-A: 2" go on as "X-A: 2", "X-A: 1"), and that order is significant
+// (RFC 9110 §5.3). It can happen only when a field (not one fasthttp
+// keeps apart) has two lines after name's first.
+func reordered(names [][]byte, name []byte, special [][]byte) bool {
+	first := -1
+	for i, k := range names {
+		if bytes.EqualFold(k, name) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return false
+	}
+	for a := first + 1; a < len(names); a++ {
+		ka := names[a]
+		if bytes.EqualFold(ka, name) || isSpecial(ka, special) {
+			continue
+		}
+		for _, kb := range names[a+1:] {
+			if bytes.EqualFold(ka, kb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lineBuf holds copies of a header's field lines, for the slow way of
+// deleting (see reordered): the bytes in buf, each line's name and value
+// as offsets in it. Pooled, so that even that way allocates nothing once
+// warm.
+type lineBuf struct {
+	buf   []byte
+	lines [][4]int // name start, name end, value start, value end
+}
+
+var lineBufs = sync.Pool{New: func() any { return new(lineBuf) }}
+
+// keep copies the line k: v, unless it is one of name's or of a field
+// fasthttp keeps apart.
+func (lb *lineBuf) keep(k, v, name []byte, special [][]byte) {
+	if bytes.EqualFold(k, name) || isSpecial(k, special) {
+		return
+	}
+	ks := len(lb.buf)
+	lb.buf = append(lb.buf, k...)
+	vs := len(lb.buf)
+	lb.buf = append(lb.buf, v...)
+	lb.lines = append(lb.lines, [4]int{ks, vs, vs, len(lb.buf)})
+}
+
+// readd deletes name and every field kept from h, then adds the kept
+// lines back in their order, and returns lb to its pool.
+func (lb *lineBuf) readd(h interface {
+	DelBytes(key []byte)
+	AddBytesKV(key, value []byte)
+}, name []byte) {
+	h.DelBytes(name)
+	for _, o := range lb.lines {
+		h.DelBytes(lb.buf[o[0]:o[1]]) // every line of the field: the later ones find none
+	}
+	for _, o := range lb.lines {
+		h.AddBytesKV(lb.buf[o[0]:o[1]], lb.buf[o[2]:o[3]])
+	}
+	lb.buf, lb.lines = lb.buf[:0], lb.lines[:0]
+	lineBufs.Put(lb)
 }
 
 // FastCarrier is a fasthttp request header as a trace context carrier

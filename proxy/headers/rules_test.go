@@ -2,6 +2,7 @@ package headers
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"reflect"
@@ -320,5 +321,50 @@ func TestResponseVia(t *testing.T) {
 	StdResponse(std, []byte("1.1 ebb"))
 	if got := std["Via"]; len(got) != 1 || got[0] != want {
 		t.Errorf("net/http: Via %q, want one line %q", got, want)
+	}
+}
+
+// TestFastDeleteKeepsOrder: deleting hop-by-hop fields leaves the lines of
+// every other field in their order, in requests and responses, also when
+// fasthttp's own delete would reorder them (it moves the last line into
+// the deleted one's place) and when the header has more lines than the
+// check looks at on the stack.
+func TestFastDeleteKeepsOrder(t *testing.T) {
+	many := ""
+	for i := range maxNames {
+		many += fmt.Sprintf("X-Filler-%d: %d\r\n", i, i)
+	}
+	for _, tc := range []struct{ name, fields string }{
+		{"after Connection", "Connection: keep-alive\r\nX-A: 1\r\nX-A: 2\r\n"},
+		{"around Keep-Alive", "X-A: 1\r\nKeep-Alive: 5\r\nX-B: 1\r\nX-A: 2\r\nX-B: 2\r\nConnection: keep-alive\r\nX-A: 3\r\n"},
+		{"named by Connection", "Connection: X-Drop\r\nX-Drop: x\r\nX-A: 1\r\nX-A: 2\r\nX-Drop: y\r\nX-A: 3\r\n"},
+		{"many lines", "Connection: keep-alive\r\n" + many + "X-A: 1\r\nX-A: 2\r\nX-A: 3\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req fasthttp.RequestHeader
+			if err := req.Read(bufioReader("GET / HTTP/1.1\r\nHost: a\r\n" + tc.fields + "\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			FastRequest(&req, Hop{Host: req.Host()}, nil)
+			var resp fasthttp.ResponseHeader
+			if err := resp.Read(bufioReader("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + tc.fields + "\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			FastResponse(&resp, false, nil)
+			for side, got := range map[string][][]byte{"request": req.PeekAll("X-A"), "response": resp.PeekAll("X-A")} {
+				want := strings.Count(tc.fields, "X-A:")
+				if len(got) != want {
+					t.Fatalf("%s: X-A %q, want %d lines", side, got, want)
+				}
+				for i, v := range got {
+					if string(v) != fmt.Sprint(i+1) {
+						t.Fatalf("%s: X-A lines %q, want 1, 2, ... in order", side, got)
+					}
+				}
+			}
+			if v := req.PeekAll("X-Drop"); len(v) != 0 {
+				t.Fatalf("X-Drop %q survived", v)
+			}
+		})
 	}
 }

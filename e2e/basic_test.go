@@ -8,58 +8,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
-// The configurations the behaviour tests share with the proxy package's.
+// What the behaviour tests share with the proxy package's: configurations,
+// an address on which nothing listens.
 var (
 	singleClusterYAML = proxytest.SingleClusterYAML
 	oneClusterYAML    = proxytest.OneClusterYAML
+	closedPort        = proxytest.ClosedPort
 )
-
-// basicOrigin answers:
-//
-//	GET  /hello       200 "hello, world\n" with X-Origin: basic
-//	HEAD /hello       200, Content-Length 13, no body
-//	GET  /teapot      418 "short and stout\n"
-//	GET  /uri/...     200, the request URI exactly as received
-//	POST /echo        201, the body, with the request's Content-Type and
-//	                  X-Request-Length: the Content-Length it saw (-1: chunked)
-func basicOrigin() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Origin", "basic")
-		w.Header().Set("Content-Length", "13")
-		io.WriteString(w, "hello, world\n")
-	})
-	mux.HandleFunc("GET /teapot", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusTeapot)
-		io.WriteString(w, "short and stout\n")
-	})
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
-		w.Header().Set("X-Request-Length", strconv.FormatInt(r.ContentLength, 10))
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Before the mux, which would clean the path (and redirect).
-		if strings.HasPrefix(r.RequestURI, "/uri/") {
-			io.WriteString(w, r.RequestURI)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
-}
 
 // TestGetAndPost sends GET and POST requests through the ebb binary with
 // curl, and checks status and body byte for byte. Bodies cover empty,
@@ -69,7 +29,7 @@ func basicOrigin() http.Handler {
 // every client × upstream mode, are proxy's TestMatrixExchanges.)
 func TestGetAndPost(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, basicOrigin())
+	origin := newOrigin(t, proxytest.ExchangeOrigin())
 	e := startEbb(t, singleClusterYAML(hostPort(origin)))
 
 	type exchange struct {
@@ -143,7 +103,7 @@ func TestGetAndPost(t *testing.T) {
 // responses come back in order, each exact.
 func TestPipelining(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, basicOrigin())
+	origin := newOrigin(t, proxytest.ExchangeOrigin())
 	e := startEbb(t, singleClusterYAML(hostPort(origin)))
 	c := rawConn(t, e.addr("public"))
 	io.WriteString(c, "GET /hello HTTP/1.1\r\nHost: app\r\n\r\n"+

@@ -405,27 +405,6 @@ func hostPort(srv *httptest.Server) string {
 	return srv.Listener.Addr().String()
 }
 
-// closedPort returns a loopback address on which nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	// A socket bound but not listening: connecting to it is refused, and
-	// while the test runs no other test's server can take the port (one
-	// closed at once could be handed to a parallel test's listener).
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-}
-
 func get(t *testing.T, c *http.Client, url string) (int, []byte, *http.Response) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/vip"
 )
 
 // The drain timeline of the VIP scenarios: small but realistic numbers,
@@ -97,12 +99,12 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	v := newVIP(t, addrA, addrB)
 	// The load: keep-alive workers sharing one long-lived client of kind,
 	// and the arrivals. Its own bound: the whole drain, with room to spare.
-	load := startLoad(t, loadSpec{addr: v.addr(), kinds: []clientKind{kind}, workers: vipWorkers,
+	load := startLoad(t, loadSpec{addr: v.Addr(), kinds: []clientKind{kind}, workers: vipWorkers,
 		arrivals: vipArrivals, session: vipSession, request: mixedRequest, warmOK: 50 * vipWorkers,
 		limit: vipTimeout + 30*time.Second})
 
 	recv(t, load.warm, "the load to warm up")
-	pinned := v.stat(addrA).open
+	pinned := v.Stat(addrA).Open
 	if pinned == 0 {
 		t.Fatalf("no connection is pinned to replica A before its drain: the scenario would test nothing")
 	}
@@ -118,7 +120,7 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	for removedAt.IsZero() || exitAt.IsZero() {
 		select {
 		case <-removed:
-			v.setBackends(addrB)
+			v.SetBackends(addrB)
 			removedAt, removed = time.Now(), nil
 		case <-exited:
 			exitAt, exited = time.Now(), nil
@@ -152,22 +154,22 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	}
 
 	// The VIP's view: no connection refused, A's all ended.
-	sa, sb := v.stat(addrA), v.stat(addrB)
-	for name, s := range map[string]vipBackendStat{"A": sa, "B": sb} {
-		if len(s.dialErrors) > 0 {
-			t.Errorf("replica %s refused %d connections the VIP still sent it: %v", name, len(s.dialErrors), s.dialErrors)
+	sa, sb := v.Stat(addrA), v.Stat(addrB)
+	for name, s := range map[string]vip.BackendStat{"A": sa, "B": sb} {
+		if len(s.DialErrors) > 0 {
+			t.Errorf("replica %s refused %d connections the VIP still sent it: %v", name, len(s.DialErrors), s.DialErrors)
 		}
 	}
-	if n := v.refusedNoRoute(); n != 0 {
+	if n := v.RefusedNoRoute(); n != 0 {
 		t.Errorf("the VIP refused %d connections for want of a backend", n)
 	}
-	if sa.open != 0 {
-		t.Errorf("%d connections to replica A still open after it exited", sa.open)
+	if sa.Open != 0 {
+		t.Errorf("%d connections to replica A still open after it exited", sa.Open)
 	}
 	if removal > vipDelay+vipSpread {
 		// DRAIN.md "keep accepting": clients kept arriving after every
 		// connection had its moment, and A served them (no dial error).
-		if n := sa.routedSince(trigger.Add(vipDelay + vipSpread)); n == 0 {
+		if n := sa.RoutedSince(trigger.Add(vipDelay + vipSpread)); n == 0 {
 			t.Errorf("no connection reached replica A after T+%s: the scenario did not test accepting during the drain", vipDelay+vipSpread)
 		}
 	}
@@ -182,7 +184,7 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	if lines := a.logsAt("ERROR"); len(lines) > 0 {
 		t.Errorf("replica A logged errors:\n%v", lines)
 	}
-	if sa.lastEnd.IsZero() {
+	if sa.LastEnd.IsZero() {
 		t.Fatalf("the VIP saw no connection to replica A end")
 	}
 	// Drained (DRAIN.md, exit): no connection, min_duration (= delay +
@@ -190,14 +192,14 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 	// quiet + 1s after its last connection ended, or within 1s after
 	// min_duration when its connections left before that.
 	minExit := trigger.Add(vipDelay + vipSpread)
-	due := sa.lastEnd.Add(vipQuiet)
+	due := sa.LastEnd.Add(vipQuiet)
 	if due.Before(minExit) {
 		due = minExit
 	}
 	if exitAt.After(due.Add(time.Second)) {
 		t.Errorf("replica A exited at T+%s, %s after its last connection ended (T+%s); want at most 1s after T+%s = max(last end + quiet, min_duration); its log:\n%s",
-			exitAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(sa.lastEnd).Round(time.Millisecond),
-			sa.lastEnd.Sub(trigger).Round(time.Millisecond), due.Sub(trigger).Round(time.Millisecond), a.logs())
+			exitAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(sa.LastEnd).Round(time.Millisecond),
+			sa.LastEnd.Sub(trigger).Round(time.Millisecond), due.Sub(trigger).Round(time.Millisecond), a.logs())
 	}
 	if exitAt.Before(minExit) {
 		t.Errorf("replica A exited at T+%s, before min_duration (%s)", exitAt.Sub(trigger).Round(time.Millisecond), vipDelay+vipSpread)
@@ -222,13 +224,13 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 		took = recs[0]["took"]
 	}
 	silent := ""
-	if sa.silent > 0 {
-		silent = fmt.Sprintf(", %d silent conns (last ended T+%s)", sa.silent, sa.lastSilentEnd.Sub(trigger).Round(time.Millisecond))
+	if sa.Silent > 0 {
+		silent = fmt.Sprintf(", %d silent conns (last ended T+%s)", sa.Silent, sa.LastSilentEnd.Sub(trigger).Round(time.Millisecond))
 	}
 	t.Logf("requests %d (errors %d, %d clients arrived); A: %d conns pinned at T, %d routed during the drain%s, %v close signals, last ended T+%s, removed T+%s, exited T+%s (drain took %v), exit-lastEnd %s",
-		requests, errs, res.arrivals, pinned, sa.routedSince(trigger), silent, signals,
-		sa.lastEnd.Sub(trigger).Round(time.Millisecond), removedAt.Sub(trigger).Round(time.Millisecond),
-		exitAt.Sub(trigger).Round(time.Millisecond), took, exitAt.Sub(sa.lastEnd).Round(time.Millisecond))
+		requests, errs, res.arrivals, pinned, sa.RoutedSince(trigger), silent, signals,
+		sa.LastEnd.Sub(trigger).Round(time.Millisecond), removedAt.Sub(trigger).Round(time.Millisecond),
+		exitAt.Sub(trigger).Round(time.Millisecond), took, exitAt.Sub(sa.LastEnd).Round(time.Millisecond))
 }
 
 // TestDrainVIPSilentConnection: a connection pinned to the drained
@@ -247,9 +249,9 @@ func TestDrainVIPSilentConnection(t *testing.T) {
 	v := newVIP(t, addrA, addrB)
 
 	// The VIP's first connection goes to A.
-	silent := rawConn(t, v.addr())
-	if !v.await(addrA, waitTimeout, func(s vipBackendStat) bool { return s.open == 1 }) {
-		t.Fatalf("the first connection was not forwarded to replica A: %+v", v.stat(addrA))
+	silent := rawConn(t, v.Addr())
+	if !v.Await(addrA, waitTimeout, func(s vip.BackendStat) bool { return s.Open == 1 }) {
+		t.Fatalf("the first connection was not forwarded to replica A: %+v", v.Stat(addrA))
 	}
 	// A client: its pooled connection drops on the FIN, and it closes its
 	// side at once.
@@ -267,7 +269,7 @@ func TestDrainVIPSilentConnection(t *testing.T) {
 
 	trigger := time.Now()
 	a.signal(syscall.SIGTERM)
-	v.setBackends(addrB)
+	v.SetBackends(addrB)
 
 	if err := recv(t, ended, "replica A to close the silent connection"); err != io.EOF {
 		t.Errorf("the silent connection ended with %v, want EOF (a FIN)", err)

@@ -237,7 +237,7 @@ func TestDrainWAF(t *testing.T) {
 			a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
 			b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
 			v := newVIP(t, a.addr("public"), b.addr("public"))
-			ng := startNginx(t, wafHTTPBlock(v.addr()))
+			ng := startNginx(t, wafHTTPBlock(v.Addr()))
 			load := startWAFLoad(t, ng.addr)
 			awaitWAFWarm(t, load, ng)
 
@@ -254,7 +254,7 @@ func TestDrainWAF(t *testing.T) {
 					time.Since(trigger).Round(time.Millisecond))
 				<-removeAt.C
 			}
-			v.setBackends(b.addr("public"))
+			v.SetBackends(b.addr("public"))
 			exitAt := awaitExit(t, a, "replica A to exit")
 			code := a.exit()
 			// Nothing may break after A's exit: keep the load a moment.
@@ -269,7 +269,7 @@ func TestDrainWAF(t *testing.T) {
 			if f := checkDrainEnd(t, a, "drained"); f != 0 {
 				t.Errorf("replica A forced_closes %v, want 0", f)
 			}
-			if dialErrs := v.dialErrors(); len(dialErrs) > 0 {
+			if dialErrs := v.DialErrors(); len(dialErrs) > 0 {
 				t.Errorf("the VIP could not reach a replica: %v", dialErrs)
 			}
 			if l := ng.logErrors(); len(l) > 0 {

@@ -34,6 +34,7 @@ var layers = map[string]int{
 	"proxy/pace":                0,
 	"proxy/paths":               0,
 	"examples/origin":           0,
+	"examples/vip":              0,
 	"examples/internal/loadgen": 0,
 	"bench/fasthttp-bare":       0,
 	"bench/grpc-bench":          0,

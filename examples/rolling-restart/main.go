@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/examples/internal/loadgen"
+	"github.com/ebb-proxy/ebb/examples/vip"
 )
 
 // propagation is how long after a replica's stop signal its endpoint
@@ -157,16 +158,16 @@ type outcome struct {
 // under load, and reports what happened on w.
 func rollingRestart(w io.Writer, dir string, origins []string, start starter) (outcome, error) {
 	began := time.Now()
-	v1, err := newVIP()
+	v1, err := vip.New()
 	if err != nil {
 		return outcome{}, err
 	}
-	defer v1.close()
-	v2, err := newVIP()
+	defer v1.Close()
+	v2, err := vip.New()
 	if err != nil {
 		return outcome{}, err
 	}
-	defer v2.close()
+	defer v2.Close()
 
 	var live []*replica
 	defer func() {
@@ -184,8 +185,8 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (o
 		if err := r.startedAfter(10 * time.Second); err != nil {
 			return nil, err
 		}
-		v1.add(r.h1)
-		v2.add(r.h2)
+		v1.Add(r.h1)
+		v2.Add(r.h2)
 		return r, nil
 	}
 	var old []*replica
@@ -200,14 +201,14 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (o
 	// calling services do, and new HTTP/1.1 clients, each with one request
 	// on a new connection, as browsers and short-lived jobs arrive.
 	l := loadgen.Start([]loadgen.Kind{
-		{Name: "HTTP/1.1 keep-alive", Workers: 4, URL: "http://" + v1.addr(), KeepAlive: true},
-		{Name: "HTTP/2 keep-alive", Workers: 4, URL: "http://" + v2.addr(), H2C: true, KeepAlive: true},
-		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.addr()},
+		{Name: "HTTP/1.1 keep-alive", Workers: 4, URL: "http://" + v1.Addr(), KeepAlive: true},
+		{Name: "HTTP/2 keep-alive", Workers: 4, URL: "http://" + v2.Addr(), H2C: true, KeepAlive: true},
+		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.Addr()},
 	})
 	defer l.Stop()
 	// And WebSockets, held open as a chat's clients hold them, through
 	// the HTTP/1.1 VIP.
-	ws := startWS("ws://"+v1.addr(), wsClients)
+	ws := startWS("ws://"+v1.Addr(), wsClients)
 	defer ws.Stop()
 	if err := await(10*time.Second, func() bool { ok, _ := l.Counts(); return ok >= 300 && ws.ready() }); err != nil {
 		return outcome{}, errors.New("the load did not get going: no answers through the replicas")
@@ -220,13 +221,13 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (o
 		}
 		r.cmd.Process.Signal(r.stop)
 		unlisted := time.AfterFunc(propagation, func() {
-			v1.remove(r.h1)
-			v2.remove(r.h2)
+			v1.Remove(r.h1)
+			v2.Remove(r.h2)
 		})
 		took, err := r.wait(20 * time.Second)
 		unlisted.Stop()
-		v1.remove(r.h1)
-		v2.remove(r.h2)
+		v1.Remove(r.h1)
+		v2.Remove(r.h2)
 		live = slices.DeleteFunc(live, func(x *replica) bool { return x == r })
 		clean = clean && err == nil && r.code == 0
 		describe(w, r, took, err)

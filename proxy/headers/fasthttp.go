@@ -2,7 +2,6 @@ package headers
 
 import (
 	"bytes"
-	"sync"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
@@ -87,45 +86,79 @@ type (
 const maxNames = 48
 
 func (h fastRequest) DelBytes(name []byte) {
-	var buf [maxNames][]byte
+	var names [maxNames][]byte
 	n := 0
 	for k := range h.All() {
-		if n == len(buf) {
+		if n == len(names) {
 			n = -1
 			break
 		}
-		buf[n], n = k, n+1
+		names[n], n = k, n+1
 	}
-	if n >= 0 && !reordered(buf[:n], name, specialRequest) {
+	if n >= 0 && !reordered(names[:n], name, specialRequest) {
 		h.RequestHeader.DelBytes(name)
 		return
 	}
-	lb := lineBufs.Get().(*lineBuf)
+	h.delInOrder(name)
+}
+
+// delInOrder deletes name the slow way: the other lines are copied (on
+// the stack while they fit), name and every field copied are deleted, and
+// the copies added back in order.
+func (h fastRequest) delInOrder(name []byte) {
+	var stack [2048]byte
+	var offs [maxNames][4]int
+	copied, lines := stack[:0], offs[:0]
 	for k, v := range h.All() {
-		lb.keep(k, v, name, specialRequest)
+		if !bytes.EqualFold(k, name) && !isSpecial(k, specialRequest) {
+			copied, lines = keepLine(copied, lines, k, v)
+		}
 	}
-	lb.readd(h.RequestHeader, name)
+	h.RequestHeader.DelBytes(name)
+	for _, o := range lines {
+		h.RequestHeader.DelBytes(copied[o[0]:o[1]]) // every line of the field: the later ones find none
+	}
+	for _, o := range lines {
+		h.AddBytesKV(copied[o[0]:o[1]], copied[o[2]:o[3]])
+	}
 }
 
 func (h fastResponse) DelBytes(name []byte) {
-	var buf [maxNames][]byte
+	var names [maxNames][]byte
 	n := 0
 	for k := range h.All() {
-		if n == len(buf) {
+		if n == len(names) {
 			n = -1
 			break
 		}
-		buf[n], n = k, n+1
+		names[n], n = k, n+1
 	}
-	if n >= 0 && !reordered(buf[:n], name, specialResponse) {
+	if n >= 0 && !reordered(names[:n], name, specialResponse) {
 		h.ResponseHeader.DelBytes(name)
 		return
 	}
-	lb := lineBufs.Get().(*lineBuf)
+	h.delInOrder(name)
+}
+
+// delInOrder deletes name the slow way: the other lines are copied (on
+// the stack while they fit), name and every field copied are deleted, and
+// the copies added back in order.
+func (h fastResponse) delInOrder(name []byte) {
+	var stack [2048]byte
+	var offs [maxNames][4]int
+	copied, lines := stack[:0], offs[:0]
 	for k, v := range h.All() {
-		lb.keep(k, v, name, specialResponse)
+		if !bytes.EqualFold(k, name) && !isSpecial(k, specialResponse) {
+			copied, lines = keepLine(copied, lines, k, v)
+		}
 	}
-	lb.readd(h.ResponseHeader, name)
+	h.ResponseHeader.DelBytes(name)
+	for _, o := range lines {
+		h.ResponseHeader.DelBytes(copied[o[0]:o[1]]) // every line of the field: the later ones find none
+	}
+	for _, o := range lines {
+		h.AddBytesKV(copied[o[0]:o[1]], copied[o[2]:o[3]])
+	}
 }
 
 // The fields fasthttp keeps apart from the others (in fields of its own,
@@ -179,45 +212,14 @@ func reordered(names [][]byte, name []byte, special [][]byte) bool {
 	return false
 }
 
-// lineBuf holds copies of a header's field lines, for the slow way of
-// deleting (see reordered): the bytes in buf, each line's name and value
-// as offsets in it. Pooled, so that even that way allocates nothing once
-// warm.
-type lineBuf struct {
-	buf   []byte
-	lines [][4]int // name start, name end, value start, value end
-}
-
-var lineBufs = sync.Pool{New: func() any { return new(lineBuf) }}
-
-// keep copies the line k: v, unless it is one of name's or of a field
-// fasthttp keeps apart.
-func (lb *lineBuf) keep(k, v, name []byte, special [][]byte) {
-	if bytes.EqualFold(k, name) || isSpecial(k, special) {
-		return
-	}
-	ks := len(lb.buf)
-	lb.buf = append(lb.buf, k...)
-	vs := len(lb.buf)
-	lb.buf = append(lb.buf, v...)
-	lb.lines = append(lb.lines, [4]int{ks, vs, vs, len(lb.buf)})
-}
-
-// readd deletes name and every field kept from h, then adds the kept
-// lines back in their order, and returns lb to its pool.
-func (lb *lineBuf) readd(h interface {
-	DelBytes(key []byte)
-	AddBytesKV(key, value []byte)
-}, name []byte) {
-	h.DelBytes(name)
-	for _, o := range lb.lines {
-		h.DelBytes(lb.buf[o[0]:o[1]]) // every line of the field: the later ones find none
-	}
-	for _, o := range lb.lines {
-		h.AddBytesKV(lb.buf[o[0]:o[1]], lb.buf[o[2]:o[3]])
-	}
-	lb.buf, lb.lines = lb.buf[:0], lb.lines[:0]
-	lineBufs.Put(lb)
+// keepLine appends a copy of the line k: v to buf, and its name's and
+// value's offsets in buf to lines.
+func keepLine(buf []byte, lines [][4]int, k, v []byte) ([]byte, [][4]int) {
+	ks := len(buf)
+	buf = append(buf, k...)
+	vs := len(buf)
+	buf = append(buf, v...)
+	return buf, append(lines, [4]int{ks, vs, vs, len(buf)})
 }
 
 // FastCarrier is a fasthttp request header as a trace context carrier

@@ -14,9 +14,10 @@ import (
 	"testing"
 )
 
-// The layout of the data path, enforced (in the manner of Tailscale's
-// deptest): which packages may use the libraries an engine is built on,
-// and the one direction imports run in.
+// The layout of the module, enforced (in the manner of Tailscale's
+// deptest): the one direction imports run in, which packages may use the
+// libraries an engine is built on, and what the data path must not
+// depend on.
 
 const module = "github.com/ebb-proxy/ebb/"
 

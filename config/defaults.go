@@ -38,7 +38,7 @@ func Default() *Config {
 			AcceptUntil:  AcceptUntilExit,
 			HTTP1:        DrainHTTP1{IdleClose: IdleClose(time.Second)},
 			HTTP2:        DrainHTTP2{GoawayGrace: time.Second},
-			WebSocket:    DrainWebSocket{Close: WebSocketAtSignal, Grace: 2 * time.Second},
+			WebSocket:    DrainWebSocket{Close: WebSocketAtSignal, Grace: DefaultWebSocketGrace},
 			EventStreams: EventStreamsResumable,
 			Signals:      []string{"SIGTERM", "SIGINT"},
 			App:          App{Interval: 500 * time.Millisecond},

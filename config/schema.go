@@ -430,6 +430,9 @@ type DrainWebSocket struct {
 	Grace time.Duration `key:"grace"`
 }
 
+// DefaultWebSocketGrace is drain.websocket.grace's default.
+const DefaultWebSocketGrace = 2 * time.Second
+
 // When the drain closes WebSockets.
 const (
 	// WebSocketAtSignal: at the connection's moment in the signal phase,

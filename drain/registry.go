@@ -162,10 +162,6 @@ func (r *Registry) EndsEventStreams() (on, all bool) {
 	return p != eventsOff, p == eventsAll
 }
 
-// DefaultTunnelGrace is each side's time to answer a WebSocket close frame
-// when the drain has not said (drain.websocket.grace's default).
-const DefaultTunnelGrace = 2 * time.Second
-
 // tunnelDue reports whether a tunnel on a connection whose close signal
 // has (signaled) or has not been given must be closed now.
 func (r *Registry) tunnelDue(signaled bool) bool {
@@ -175,12 +171,14 @@ func (r *Registry) tunnelDue(signaled bool) bool {
 	return !r.wsAtDeadline.Load() || r.wsWindow.Load()
 }
 
-// tunnelGrace is each side's time to answer a close frame.
+// tunnelGrace is each side's time to answer a close frame: the drain's,
+// or drain.websocket.grace's default when it has none (a configuration
+// built in code, not loaded).
 func (r *Registry) tunnelGrace() time.Duration {
 	if g := time.Duration(r.wsGrace.Load()); g > 0 {
 		return g
 	}
-	return DefaultTunnelGrace
+	return config.DefaultWebSocketGrace
 }
 
 // changed tells a watching controller that a connection arrived, left or

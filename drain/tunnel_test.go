@@ -21,16 +21,18 @@ func TestTunnelsClose(t *testing.T) {
 	third := 4 * time.Second / 3
 	for _, tc := range []struct {
 		close string
-		// want are the moments of the tunnels: two open at the trigger,
-		// one opened at 12s and one at 23s.
-		want []time.Duration
+		// want are the moments of the tunnels (two open at the trigger,
+		// one opened at 12s and one at 23s) and, when withHTTP1, of the
+		// two HTTP/1 connections' signals too.
+		want      []time.Duration
+		withHTTP1 bool
 	}{
-		// The moments of the signal phase are 5, 6, 7, 8s, two of them
-		// the tunnels' (in a random order; see check below).
-		{config.WebSocketAtSignal, nil},
+		// The signal phase's moments are 5, 6, 7 and 8s, shared by the two
+		// tunnels and the two HTTP/1 connections in a random order.
+		{config.WebSocketAtSignal, []time.Duration{5 * time.Second, 6 * time.Second, 7 * time.Second, 8 * time.Second, 12 * time.Second, 23 * time.Second}, true},
 		// Timeout 30s, spread 4s, grace 3s: the window is 20s..24s, for
 		// the three tunnels open at 20s; the last is told at once.
-		{config.WebSocketAtDeadline, []time.Duration{20 * time.Second, 20*time.Second + third, 20*time.Second + 2*third, 23 * time.Second}},
+		{config.WebSocketAtDeadline, []time.Duration{20 * time.Second, 20*time.Second + third, 20*time.Second + 2*third, 23 * time.Second}, false},
 	} {
 		t.Run(tc.close, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -56,6 +58,12 @@ func TestTunnelsClose(t *testing.T) {
 					c := b.conn(ProtoHTTP1, true)
 					if i%2 == 0 {
 						tunnel(c)
+					} else if tc.withHTTP1 {
+						c.OnSignal(func() {
+							mu.Lock()
+							defer mu.Unlock()
+							moments = append(moments, b.at())
+						})
 					}
 					conns = append(conns, c)
 				}
@@ -78,13 +86,8 @@ func TestTunnelsClose(t *testing.T) {
 				got := slices.Clone(moments)
 				mu.Unlock()
 				slices.Sort(got)
-				want := tc.want
-				if tc.close == config.WebSocketAtSignal && len(got) == 4 && got[0] != got[1] &&
-					got[0] >= 5*time.Second && got[1] < 9*time.Second && got[0]%time.Second == 0 && got[1]%time.Second == 0 {
-					want = []time.Duration{got[0], got[1], 12 * time.Second, 23 * time.Second}
-				}
-				if !slices.Equal(got, want) {
-					t.Fatalf("tunnels told to close at %v; want %v", got, want)
+				if !slices.Equal(got, tc.want) {
+					t.Fatalf("tunnels told to close (with HTTP/1 signals: %v) at %v; want %v", tc.withHTTP1, got, tc.want)
 				}
 				s := b.reg.sample(time.Now(), b.start, 30*time.Second)
 				if s.Connections.WebSocket.Upgraded != 5 || s.Connections.HTTP1.Total() != 2 {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,68 +104,73 @@ func TestEventStreamDrain(t *testing.T) {
 	}
 	results := make(chan outcome, len(clients))
 	started := make(chan struct{}, len(clients))
+	// Each client's goroutine ends after its streams' readers have: it
+	// closes their bodies and waits for them, then reports.
 	for proto, c := range clients {
 		go func() {
-			fail := func(err error) { results <- outcome{proto, err} }
-			resp, err := open(c, a, 0)
-			if err != nil {
-				fail(err)
-				return
-			}
+			var readers sync.WaitGroup
+			var bodies []*http.Response
 			ids := make(chan int, 1024)
-			ended := make(chan error, 1)
-			go func() { ended <- follow(resp, ids) }()
-			last, seen := 0, 0
-			var endErr error
-		first:
-			for {
+			ended := make(chan error, 2)
+			read := func(resp *http.Response) {
+				bodies = append(bodies, resp)
+				readers.Go(func() { ended <- follow(resp, ids) })
+			}
+			err := func() error {
+				resp, err := open(c, a, 0)
+				if err != nil {
+					return err
+				}
+				read(resp)
+				last, seen := 0, 0
+				var endErr error
+			first:
+				for {
+					select {
+					case id := <-ids:
+						if id != last+1 {
+							return fmt.Errorf("event %d after %d", id, last)
+						}
+						last = id
+						if seen++; seen == 3 {
+							started <- struct{}{}
+						}
+					case endErr = <-ended:
+						break first
+					}
+				}
+				for len(ids) > 0 { // events read before the end
+					id := <-ids
+					if id != last+1 {
+						return fmt.Errorf("event %d after %d", id, last)
+					}
+					last = id
+				}
+				if endErr != nil {
+					return endErr
+				}
+				// As an EventSource does: reconnect, with the last id seen
+				// (to b, as a Service would send it elsewhere).
+				resp, err = open(c, b, last)
+				if err != nil {
+					return fmt.Errorf("reconnecting with Last-Event-ID %d: %w", last, err)
+				}
+				read(resp)
 				select {
 				case id := <-ids:
 					if id != last+1 {
-						fail(fmt.Errorf("event %d after %d", id, last))
-						return
+						return fmt.Errorf("after the reconnect with Last-Event-ID %d, event %d", last, id)
 					}
-					last = id
-					if seen++; seen == 3 {
-						started <- struct{}{}
-					}
-				case endErr = <-ended:
-					break first
+				case err := <-ended:
+					return fmt.Errorf("after the reconnect: %v", err)
 				}
+				return nil
+			}()
+			for _, resp := range bodies {
+				resp.Body.Close()
 			}
-			for len(ids) > 0 { // events read before the end
-				id := <-ids
-				if id != last+1 {
-					fail(fmt.Errorf("event %d after %d", id, last))
-					return
-				}
-				last = id
-			}
-			if endErr != nil {
-				fail(endErr)
-				return
-			}
-			// As an EventSource does: reconnect, with the last id seen
-			// (to b, as a Service would send it elsewhere).
-			resp, err = open(c, b, last)
-			if err != nil {
-				fail(fmt.Errorf("reconnecting with Last-Event-ID %d: %w", last, err))
-				return
-			}
-			go func() { ended <- follow(resp, ids) }()
-			select {
-			case id := <-ids:
-				if id != last+1 {
-					fail(fmt.Errorf("after the reconnect with Last-Event-ID %d, event %d", last, id))
-					return
-				}
-			case err := <-ended:
-				fail(fmt.Errorf("after the reconnect: %v", err))
-				return
-			}
-			resp.Body.Close()
-			<-ended
-			fail(nil)
+			readers.Wait()
+			results <- outcome{proto, err}
 		}()
 	}
 	for range clients {

@@ -12,18 +12,49 @@ var http11 = []byte("HTTP/1.1")
 // The scans below are written per concrete header type so that fasthttp's
 // iterator stays on the stack: the request path allocates nothing.
 
-func scanRequest(h *fasthttp.RequestHeader) (found hopMask) {
+// They also say whether a field (not one fasthttp keeps apart) has more
+// than one line: only then can a delete reorder lines (see reordered),
+// and the rules get the header through fastRequest or fastResponse.
+
+func scanRequest(h *fasthttp.RequestHeader) (found hopMask, repeats bool) {
+	var names [maxNames][]byte
+	n := 0
 	for k := range h.All() {
 		found |= hopBit(k)
+		repeats = repeats || repeated(names[:n], k, specialRequest)
+		if n < len(names) {
+			names[n], n = k, n+1
+		} else {
+			repeats = true // more lines than looked at: assume so
+		}
 	}
-	return found
+	return found, repeats
 }
 
-func scanResponse(h *fasthttp.ResponseHeader) (found hopMask) {
+func scanResponse(h *fasthttp.ResponseHeader) (found hopMask, repeats bool) {
+	var names [maxNames][]byte
+	n := 0
 	for k := range h.All() {
 		found |= hopBit(k)
+		repeats = repeats || repeated(names[:n], k, specialResponse)
+		if n < len(names) {
+			names[n], n = k, n+1
+		} else {
+			repeats = true // more lines than looked at: assume so
+		}
 	}
-	return found
+	return found, repeats
+}
+
+// repeated reports whether k, not a field fasthttp keeps apart, is among
+// names.
+func repeated(names [][]byte, k []byte, special [][]byte) bool {
+	for _, p := range names {
+		if len(p) == len(k) && bytes.EqualFold(p, k) {
+			return !isSpecial(k, special)
+		}
+	}
+	return false
 }
 
 // ValidFastNames reports whether every field name of h is a token (RFC
@@ -50,7 +81,12 @@ func ValidFastNames(h *fasthttp.RequestHeader) bool {
 // must already hold the request's authority. scratch is reused to build
 // values and returned for the next request.
 func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
-	scratch = request(fastRequest{h}, scanRequest(h), &hop, scratch)
+	found, repeats := scanRequest(h)
+	if repeats {
+		scratch = request(fastRequest{h}, found, &hop, scratch)
+	} else {
+		scratch = request(h, found, &hop, scratch) // no delete can reorder
+	}
 	if !hop.Upgrade {
 		h.ResetConnectionClose()
 	}
@@ -67,7 +103,11 @@ func FastRequest(h *fasthttp.RequestHeader, hop Hop, scratch []byte) []byte {
 // upgrade keeps Connection and Upgrade, for a 101 being relayed; via, if
 // set, is appended to Via ("1.1 ebb": the upstream answered in HTTP/1.1).
 func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
-	response(fastResponse{h}, scanResponse(h), upgrade, via)
+	if found, repeats := scanResponse(h); repeats {
+		response(fastResponse{h}, found, upgrade, via)
+	} else {
+		response(h, found, upgrade, via) // no delete can reorder
+	}
 	if !upgrade {
 		h.ResetConnectionClose()
 	}
@@ -75,31 +115,37 @@ func FastResponse(h *fasthttp.ResponseHeader, upgrade bool, via []byte) {
 
 // fastRequest and fastResponse are fasthttp's headers as the rules'
 // Fields, with a delete that keeps the order of every other field's
-// lines (see reordered).
+// lines (see reordered), for headers in which a field has several lines.
 type (
 	fastRequest  struct{ *fasthttp.RequestHeader }
 	fastResponse struct{ *fasthttp.ResponseHeader }
 )
 
-// maxNames is how many lines' names a delete looks at on the stack; a
-// header with more takes the slow way, which is always right.
+// maxNames is how many lines' names the scans and a delete look at on the
+// stack; a header with more takes the slow way, which is always right.
 const maxNames = 48
 
 func (h fastRequest) DelBytes(name []byte) {
 	var names [maxNames][]byte
-	n := 0
+	n, first := 0, -1
 	for k := range h.All() {
 		if n == len(names) {
 			n = -1
 			break
 		}
+		if first < 0 && bytes.EqualFold(k, name) {
+			first = n
+		}
 		names[n], n = k, n+1
 	}
-	if n >= 0 && !reordered(names[:n], name, specialRequest) {
+	switch {
+	case n >= 0 && first < 0:
+		// No line of name: nothing to delete.
+	case n >= 0 && !reordered(names[first+1:n], name, specialRequest):
 		h.RequestHeader.DelBytes(name)
-		return
+	default:
+		h.delInOrder(name)
 	}
-	h.delInOrder(name)
 }
 
 // delInOrder deletes name the slow way: the other lines are copied (on
@@ -125,19 +171,25 @@ func (h fastRequest) delInOrder(name []byte) {
 
 func (h fastResponse) DelBytes(name []byte) {
 	var names [maxNames][]byte
-	n := 0
+	n, first := 0, -1
 	for k := range h.All() {
 		if n == len(names) {
 			n = -1
 			break
 		}
+		if first < 0 && bytes.EqualFold(k, name) {
+			first = n
+		}
 		names[n], n = k, n+1
 	}
-	if n >= 0 && !reordered(names[:n], name, specialResponse) {
+	switch {
+	case n >= 0 && first < 0:
+		// No line of name: nothing to delete.
+	case n >= 0 && !reordered(names[first+1:n], name, specialResponse):
 		h.ResponseHeader.DelBytes(name)
-		return
+	default:
+		h.delInOrder(name)
 	}
-	h.delInOrder(name)
 }
 
 // delInOrder deletes name the slow way: the other lines are copied (on
@@ -179,31 +231,20 @@ func isSpecial(name []byte, special [][]byte) bool {
 	return false
 }
 
-// reordered reports whether fasthttp's delete of name from a header
-// whose lines have the names given would reorder a field's lines.
-// fasthttp deletes a line by moving the last line into its place, which
-// puts that line before the ones it followed: when one of those is a
+// reordered reports whether fasthttp's delete of name would reorder a
+// field's lines; after are the names of the lines that follow name's
+// first. fasthttp deletes a line by moving the last line into its place,
+// which puts that line before the ones it followed: when one of those is a
 // line of the same field, the field's lines change order ("X-A: 1",
 // "X-A: 2" go on as "X-A: 2", "X-A: 1"), and that order is significant
 // (RFC 9110 §5.3). It can happen only when a field (not one fasthttp
 // keeps apart) has two lines after name's first.
-func reordered(names [][]byte, name []byte, special [][]byte) bool {
-	first := -1
-	for i, k := range names {
-		if bytes.EqualFold(k, name) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return false
-	}
-	for a := first + 1; a < len(names); a++ {
-		ka := names[a]
+func reordered(after [][]byte, name []byte, special [][]byte) bool {
+	for a, ka := range after {
 		if bytes.EqualFold(ka, name) || isSpecial(ka, special) {
 			continue
 		}
-		for _, kb := range names[a+1:] {
+		for _, kb := range after[a+1:] {
 			if bytes.EqualFold(ka, kb) {
 				return true
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // noServer is a drain.Server with nothing to stop.
@@ -30,7 +31,7 @@ func TestDrainTimeline(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Drain{Delay: 600 * time.Millisecond, Quiet: 100 * time.Millisecond, Timeout: 10 * time.Second,
 		AcceptUntil: config.AcceptUntilExit, HTTP1: config.DrainHTTP1{IdleClose: config.IdleClose(time.Second)}}
-	ctl := drain.NewController(cfg, drain.NewRegistry(), noServer{}, quiet)
+	ctl := drain.NewController(cfg, downstream.NewRegistry(), noServer{}, quiet)
 	s, err := Start(Options{Address: "127.0.0.1:0", Readiness: &flag{}, Config: func() any { return nil },
 		Drain: ctl.Trigger, Timeline: ctl.Timeline(), Log: quiet})
 	if err != nil {

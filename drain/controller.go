@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // Server is what the controller acts on: the proxy, in practice.
@@ -84,11 +85,6 @@ type Result struct {
 // ebb exits 0 exactly then.
 func (r Result) Clean() bool { return r.Reason == ReasonDrained || r.Reason == ReasonAppGone }
 
-// Finishing an idle HTTP/1 connection: after its FIN, the client has this
-// long to close its side (it usually does at once) before ebb closes the
-// socket.
-const finWait = time.Second
-
 // minScan is the shortest time between two looks at every connection
 // prompted by connections changing state.
 const minScan = 10 * time.Millisecond
@@ -98,7 +94,7 @@ const minScan = 10 * time.Millisecond
 // the drain.
 type Controller struct {
 	cfg config.Drain
-	reg *Registry
+	reg *downstream.Registry
 	srv Server
 	log *slog.Logger
 	tl  *Timeline
@@ -113,7 +109,7 @@ type Controller struct {
 
 // NewController returns a controller for the connections of reg, acting on
 // srv.
-func NewController(cfg config.Drain, reg *Registry, srv Server, log *slog.Logger) *Controller {
+func NewController(cfg config.Drain, reg *downstream.Registry, srv Server, log *slog.Logger) *Controller {
 	return &Controller{cfg: cfg, reg: reg, srv: srv, log: log, tl: NewTimeline(),
 		trigger: make(chan struct{}), force: make(chan struct{}), appGone: make(chan struct{})}
 }
@@ -192,13 +188,13 @@ func (c *Controller) Deadline() (time.Time, bool) {
 type run struct {
 	*Controller
 	start    time.Time
-	queue    []*Conn   // connections waiting for their moment, in order
-	moments  time.Time // when the signal phase began
-	signaled int       // how many of queue have had their moment
+	queue    []*downstream.Conn // connections waiting for their moment, in order
+	moments  time.Time          // when the signal phase began
+	signaled int                // how many of queue have had their moment
 	// The tunnels' window (drain.websocket.close: at_deadline): the
 	// WebSockets open when it begins, each closed at its own moment of
 	// it, from tunnelsAt on.
-	tunnels      []*Conn
+	tunnels      []*downstream.Conn
 	tunnelsAt    time.Time
 	tunnelsEnded int
 	appGone      bool
@@ -221,12 +217,11 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	r := &run{Controller: c, start: start}
 	d := c.cfg
 
-	c.reg.watching.Store(true)
-	defer c.reg.watching.Store(false)
+	changed, unwatch := c.reg.Watch()
+	defer unwatch()
 	// Both sides of a WebSocket answer within 2×grace: at most half the
 	// deadline.
-	c.reg.wsGrace.Store(int64(min(d.WebSocket.Grace, d.Timeout/4)))
-	c.reg.wsAtDeadline.Store(d.WebSocket.Close == config.WebSocketAtDeadline)
+	c.reg.CloseTunnels(d.WebSocket.Close == config.WebSocketAtDeadline, min(d.WebSocket.Grace, d.Timeout/4))
 	c.tl.begin(start, cause, d)
 	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(),
 		"delay", d.Delay.String(), "spread", d.Spread.String(), "timeout", d.Timeout.String())
@@ -247,8 +242,8 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	tunnels := time.NewTimer(time.Hour)
 	tunnels.Stop()
 	defer tunnels.Stop()
-	if c.reg.wsAtDeadline.Load() {
-		at := start.Add(d.Timeout - d.Spread - 2*c.reg.tunnelGrace())
+	if c.reg.TunnelsAtDeadline() {
+		at := start.Add(d.Timeout - d.Spread - 2*c.reg.TunnelGrace())
 		if sig := start.Add(d.Delay); at.Before(sig) {
 			at = sig
 		}
@@ -284,7 +279,7 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 			continue
 		case <-appGone:
 			r.appGone, appGone = true, nil
-		case <-c.reg.kick:
+		case <-changed:
 			// Connections change state with every request: under load,
 			// look at them at most every minScan (but at once when the
 			// last one has gone).
@@ -313,7 +308,7 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 // record adds a sample of the drain at now to the timeline; keep says it
 // marks a moment (a phase change, the end) and is kept whatever the grain.
 func (r *run) record(now time.Time, keep bool) Sample {
-	s := r.reg.sample(now, r.start, r.cfg.Timeout)
+	s := sample(r.reg, now, r.start, r.cfg.Timeout)
 	r.tl.record(s, keep)
 	return s
 }
@@ -327,9 +322,10 @@ func (r *run) enter(p Phase) {
 	r.record(now, true)
 	st := &r.reg.Stats
 	r.log.Info("drain phase", "phase", p.String(), "since_trigger", time.Since(r.start).Round(time.Millisecond).String(),
-		"connections", r.reg.Len(), "in_flight", r.reg.active(),
-		"close_signals_http1", st.CloseSignals[ProtoHTTP1].Load(), "close_signals_http2", st.CloseSignals[ProtoHTTP2].Load(),
-		"close_signals_websocket", st.CloseSignals[ProtoWebSocket].Load(), "event_streams_ended", st.EventStreamEnds.Load(),
+		"connections", r.reg.Len(), "in_flight", r.reg.Active(),
+		"close_signals_http1", st.CloseSignals[downstream.ProtoHTTP1].Load(),
+		"close_signals_http2", st.CloseSignals[downstream.ProtoHTTP2].Load(),
+		"close_signals_websocket", st.CloseSignals[downstream.ProtoWebSocket].Load(), "event_streams_ended", st.EventStreamEnds.Load(),
 		"idle_closes", st.IdleCloses.Load(), "requests", st.Requests.Load(), "dials", st.Dials.Load())
 }
 
@@ -340,12 +336,12 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 	if r.Phase() == PhaseAnnounce {
 		// The signal phase: every connection open now gets a moment,
 		// uniformly spread over the window in a random order; from now on,
-		// new connections get theirs at once (Registry.Track).
+		// new connections get theirs at once (downstream.Registry.Track).
 		r.enter(PhaseSignal)
 		if d.AcceptUntil == config.AcceptUntilAfterDelay {
 			r.srv.StopAccepting()
 		}
-		r.reg.signalNew.Store(true)
+		r.reg.SignalArrivals()
 		for _, c := range r.reg.Conns() {
 			if c.Drainable && !c.CloseRequested() {
 				r.queue = append(r.queue, c)
@@ -361,7 +357,7 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 		if at.After(now) {
 			return at, true
 		}
-		r.queue[r.signaled].signal(now)
+		r.queue[r.signaled].Signal(now)
 		r.queue[r.signaled] = nil // done with it: let a closed one go
 		r.signaled++
 	}
@@ -376,13 +372,13 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 // stepTunnels advances the tunnels' window at now (at_deadline): at its
 // start every WebSocket open is given a moment, spread like the signal
 // phase's over drain.spread, and those opened from then on are closed at
-// once (Conn.Tunnel). It returns when it must be called next, if ever.
+// once (downstream.Conn.Tunnel). It returns when it must be called next, if ever.
 func (r *run) stepTunnels(now time.Time) (time.Time, bool) {
 	if r.tunnelsAt.IsZero() {
 		r.tunnelsAt = now
-		r.reg.wsWindow.Store(true)
+		r.reg.OpenTunnelWindow()
 		for _, c := range r.reg.Conns() {
-			if c.Drainable && c.CloseRequested() && c.isTunnel() {
+			if c.Drainable && c.CloseRequested() && c.IsTunnel() {
 				r.tunnels = append(r.tunnels, c)
 			}
 		}
@@ -395,7 +391,7 @@ func (r *run) stepTunnels(now time.Time) (time.Time, bool) {
 		if at.After(now) {
 			return at, true
 		}
-		r.tunnels[r.tunnelsEnded].endTunnel()
+		r.tunnels[r.tunnelsEnded].EndTunnel()
 		r.tunnels[r.tunnelsEnded] = nil
 		r.tunnelsEnded++
 	}
@@ -406,7 +402,7 @@ func (r *run) stepTunnels(now time.Time) (time.Time, bool) {
 // closeIdle closes the HTTP/1 connections (and those that have not said
 // anything yet) that have been idle for drain.http1.idle_close past their
 // moment: it asks each one's reading goroutine, which sends a FIN if no
-// request has begun (idleclose.go). It returns when it must be called
+// request has begun (downstream.Conn.CloseIfIdle). It returns when it must be called
 // next, or zero.
 func (r *run) closeIdle(now time.Time) time.Time {
 	ic := r.cfg.HTTP1.IdleClose
@@ -414,51 +410,10 @@ func (r *run) closeIdle(now time.Time) time.Time {
 		return time.Time{}
 	}
 	var next time.Time
-	later := func(t time.Time) {
-		if next.IsZero() || t.Before(next) {
+	for _, c := range r.reg.Conns() {
+		if t := c.CloseIfIdle(now, time.Duration(ic)); !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
-	}
-	for _, c := range r.reg.Conns() {
-		// A connection whose protocol is still unknown has sent nothing
-		// yet (clients open spare connections, browsers preconnect): it is
-		// idle like a new HTTP/1 one. One whose protocol is known and is
-		// still new has sent its first request: it is not idle.
-		if !c.Drainable || !c.CloseRequested() || !c.looksIdle() {
-			continue
-		}
-		if c.rx.Load() != c.rxIdle.Load() {
-			// It has read bytes since it went idle: a request (or a TLS
-			// handshake) has begun, which the engine has not reported
-			// yet. Its response will carry Connection: close.
-			continue
-		}
-		switch c.idleClose.Load() {
-		case idleAsked:
-			// Its reader answers as soon as it runs; a declined ask is
-			// made again.
-			later(now.Add(minScan))
-			continue
-		case idleAnswered:
-			continue // its reader finishes it, within finWait
-		}
-		idleAt := c.signaledAt()
-		if ns := c.idleSince.Load(); ns != 0 && ns > idleAt.UnixNano() {
-			idleAt = time.Unix(0, ns)
-		}
-		if due := idleAt.Add(time.Duration(ic)); now.Before(due) {
-			later(due)
-			continue
-		}
-		if c.pending() {
-			// A request (or the client's own close) is in the socket,
-			// not yet read: no need to ask. Once read, the response
-			// carries Connection: close.
-			later(now.Add(minScan))
-			continue
-		}
-		c.askIdleClose()
-		later(now.Add(minScan))
 	}
 	return next
 }
@@ -467,7 +422,7 @@ func (r *run) closeIdle(now time.Time) time.Time {
 // when that may change without any connection coming or going (zero: only
 // then).
 func (r *run) exitCondition(now time.Time) (reason Reason, ok bool, due time.Time) {
-	if r.appGone && r.reg.active() == 0 {
+	if r.appGone && r.reg.Active() == 0 {
 		return ReasonAppGone, true, time.Time{}
 	}
 	if r.reg.Len() > 0 {
@@ -476,7 +431,7 @@ func (r *run) exitCondition(now time.Time) (reason Reason, ok bool, due time.Tim
 	// Drained: nothing open, min_duration passed, no new connection for
 	// quiet.
 	due = r.start.Add(r.cfg.EffectiveMinDuration())
-	if q := time.Unix(0, r.reg.lastTrack.Load()).Add(r.cfg.Quiet); q.After(due) {
+	if q := r.reg.LastArrival().Add(r.cfg.Quiet); q.After(due) {
 		due = q
 	}
 	if !now.Before(due) {

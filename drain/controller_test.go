@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // fakeServer stands in for the proxy: it records when the controller stops
 // accepting and closes, and Close closes every connection, as the proxy's
 // does.
 type fakeServer struct {
-	reg *Registry
+	reg *downstream.Registry
 
 	mu            sync.Mutex
 	stoppedAt     time.Time // guarded by mu
@@ -64,7 +66,7 @@ func drainConfig(delay, spread, timeout time.Duration) config.Drain {
 // bubble is one controller under test, in a synctest bubble.
 type bubble struct {
 	t     *testing.T
-	reg   *Registry
+	reg   *downstream.Registry
 	srv   *fakeServer
 	ctl   *Controller
 	done  chan Result
@@ -72,7 +74,7 @@ type bubble struct {
 }
 
 func newBubble(t *testing.T, cfg config.Drain) *bubble {
-	reg := NewRegistry()
+	reg := downstream.NewRegistry()
 	srv := &fakeServer{reg: reg}
 	b := &bubble{t: t, reg: reg, srv: srv, ctl: NewController(cfg, reg, srv, quiet()), done: make(chan Result, 1), start: time.Now()}
 	go func() {
@@ -86,7 +88,7 @@ func newBubble(t *testing.T, cfg config.Drain) *bubble {
 // for its engine: it waits for requests, and closes the connection when a
 // read fails, as engines do (an idle close is the reader's to send). The
 // peer end is closed with the test.
-func (b *bubble) conn(proto Protocol, drainable bool) *Conn {
+func (b *bubble) conn(proto downstream.Protocol, drainable bool) *downstream.Conn {
 	a, z := net.Pipe()
 	c := b.reg.Track(a, "l", drainable, nil)
 	c.SetProtocol(proto)
@@ -94,7 +96,7 @@ func (b *bubble) conn(proto Protocol, drainable bool) *Conn {
 	engine.Go(func() {
 		defer c.Close()
 		var err error
-		if proto == ProtoUnknown {
+		if proto == downstream.ProtoUnknown {
 			_, err = c.Peek([]byte("PRI"))
 		}
 		var buf [64]byte
@@ -128,7 +130,7 @@ func (b *bubble) result() (Result, time.Duration) {
 	return res, b.at()
 }
 
-func isClosed(c *Conn) bool { return c.State() == StateClosed }
+func isClosed(c *downstream.Conn) bool { return c.State() == downstream.StateClosed }
 
 // TestTimelineSpreadsSignals checks the announce and signal phases: nothing
 // during the delay, then each drainable connection its own moment, evenly
@@ -139,9 +141,9 @@ func TestTimelineSpreadsSignals(t *testing.T) {
 		b := newBubble(t, drainConfig(5*time.Second, 4*time.Second, 30*time.Second))
 		var mu sync.Mutex
 		var moments []time.Duration
-		var conns []*Conn
+		var conns []*downstream.Conn
 		for range 4 {
-			c := b.conn(ProtoHTTP2, true)
+			c := b.conn(downstream.ProtoHTTP2, true)
 			c.OnSignal(func() {
 				mu.Lock()
 				moments = append(moments, b.at())
@@ -149,7 +151,7 @@ func TestTimelineSpreadsSignals(t *testing.T) {
 			})
 			conns = append(conns, c)
 		}
-		outbound := b.conn(ProtoHTTP2, false)
+		outbound := b.conn(downstream.ProtoHTTP2, false)
 		outbound.OnSignal(func() { t.Error("an outbound connection got a close signal") })
 
 		b.ctl.Trigger("test")
@@ -179,7 +181,7 @@ func TestTimelineSpreadsSignals(t *testing.T) {
 		if p := b.ctl.Phase(); p != PhaseWait {
 			t.Fatalf("phase after the spread: %v, want wait", p)
 		}
-		if n := b.reg.Stats.CloseSignals[ProtoHTTP2].Load(); n != 0 {
+		if n := b.reg.Stats.CloseSignals[downstream.ProtoHTTP2].Load(); n != 0 {
 			t.Fatalf("the controller counted %d GOAWAYs itself; the engine counts them", n)
 		}
 		for _, c := range conns {
@@ -204,7 +206,7 @@ func TestNewConnectionsSignalledAtOnce(t *testing.T) {
 		b := newBubble(t, drainConfig(2*time.Second, 0, 30*time.Second))
 		b.ctl.Trigger("test")
 		b.sleepUntil(time.Second)
-		early := b.conn(ProtoHTTP1, true)
+		early := b.conn(downstream.ProtoHTTP1, true)
 		if early.CloseRequested() {
 			t.Fatal("a connection arriving during the announce phase was signalled at once")
 		}
@@ -212,7 +214,7 @@ func TestNewConnectionsSignalledAtOnce(t *testing.T) {
 		if !early.CloseRequested() {
 			t.Fatal("the announce phase's connection got no signal at T+delay (spread 0)")
 		}
-		late := b.conn(ProtoHTTP2, true)
+		late := b.conn(downstream.ProtoHTTP2, true)
 		if !late.CloseRequested() {
 			t.Fatal("a connection arriving after T+delay was not signalled at once")
 		}
@@ -232,11 +234,11 @@ func TestNewConnectionsSignalledAtOnce(t *testing.T) {
 func TestIdleHTTP1Close(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubble(t, drainConfig(time.Second, 0, 30*time.Second))
-		idle := b.conn(ProtoHTTP1, true)
-		idle.SetState(StateIdle)
-		busy := b.conn(ProtoHTTP1, true)
-		busy.SetState(StateActive)
-		silent := b.conn(ProtoUnknown, true) // has not sent a byte
+		idle := b.conn(downstream.ProtoHTTP1, true)
+		idle.SetState(downstream.StateIdle)
+		busy := b.conn(downstream.ProtoHTTP1, true)
+		busy.SetState(downstream.StateActive)
+		silent := b.conn(downstream.ProtoUnknown, true) // has not sent a byte
 		b.ctl.Trigger("test")
 		// The moment is at 1s (no spread); idle_close is 1s.
 		b.sleepUntil(2*time.Second - time.Millisecond)
@@ -251,7 +253,7 @@ func TestIdleHTTP1Close(t *testing.T) {
 			t.Fatal("a connection serving a request was closed")
 		}
 		b.sleepUntil(5 * time.Second)
-		busy.SetState(StateIdle) // its response went out (with Connection: close)
+		busy.SetState(downstream.StateIdle) // its response went out (with Connection: close)
 		b.sleepUntil(6*time.Second - time.Millisecond)
 		if isClosed(busy) {
 			t.Fatal("closed before being idle for idle_close")
@@ -276,8 +278,8 @@ func TestIdleCloseNever(t *testing.T) {
 		cfg := drainConfig(0, 0, 10*time.Second)
 		cfg.HTTP1.IdleClose = config.Never
 		b := newBubble(t, cfg)
-		idle := b.conn(ProtoHTTP1, true)
-		idle.SetState(StateIdle)
+		idle := b.conn(downstream.ProtoHTTP1, true)
+		idle.SetState(downstream.StateIdle)
 		b.ctl.Trigger("test")
 		b.sleepUntil(10*time.Second - time.Millisecond)
 		if isClosed(idle) {
@@ -304,7 +306,7 @@ func TestDrainedWaitsForQuiet(t *testing.T) {
 		b := newBubble(t, cfg)
 		b.ctl.Trigger("test")
 		b.sleepUntil(time.Second)
-		c := b.conn(ProtoHTTP2, true) // arrives at 1s: quiet until 4s
+		c := b.conn(downstream.ProtoHTTP2, true) // arrives at 1s: quiet until 4s
 		b.sleepUntil(1500 * time.Millisecond)
 		c.Close()
 		res, at := b.result()
@@ -319,10 +321,10 @@ func TestDrainedWaitsForQuiet(t *testing.T) {
 func TestAppGoneWaitsForInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubble(t, drainConfig(0, 2*time.Second, 30*time.Second))
-		idle := b.conn(ProtoHTTP1, false)
-		idle.SetState(StateIdle)
-		busy := b.conn(ProtoHTTP2, true)
-		busy.SetState(StateActive)
+		idle := b.conn(downstream.ProtoHTTP1, false)
+		idle.SetState(downstream.StateIdle)
+		busy := b.conn(downstream.ProtoHTTP2, true)
+		busy.SetState(downstream.StateActive)
 		b.sleepUntil(time.Second)
 		b.ctl.AppGone("test")
 		b.sleepUntil(4 * time.Second)
@@ -331,7 +333,7 @@ func TestAppGoneWaitsForInFlight(t *testing.T) {
 			t.Fatalf("ended with %+v while a request was in flight", res)
 		default:
 		}
-		busy.SetState(StateIdle)
+		busy.SetState(downstream.StateIdle)
 		res, at := b.result()
 		if res.Reason != ReasonAppGone || !res.Clean() || at != 4*time.Second {
 			t.Fatalf("drain ended with %+v at %v, want app_gone at 4s", res, at)
@@ -348,7 +350,7 @@ func TestForceAndDeadline(t *testing.T) {
 	for _, force := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			b := newBubble(t, drainConfig(0, time.Second, 20*time.Second))
-			b.conn(ProtoHTTP1, true).SetState(StateUpgraded) // a WebSocket: kept until then
+			b.conn(downstream.ProtoHTTP1, true).SetState(downstream.StateUpgraded) // a WebSocket: kept until then
 			b.ctl.Trigger("test")
 			want, wantAt := ReasonDeadline, 20*time.Second
 			if force {
@@ -400,7 +402,7 @@ func TestAcceptUntil(t *testing.T) {
 func TestNoTriggerNoDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		reg := NewRegistry()
+		reg := downstream.NewRegistry()
 		ctl := NewController(drainConfig(0, 0, time.Second), reg, &fakeServer{reg: reg}, quiet())
 		done := make(chan error, 1)
 		go func() {

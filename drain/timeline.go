@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // SampleInterval is how often the controller samples a drain for its
@@ -239,14 +240,14 @@ func (t *Timeline) finish(o Outcome, last Sample) string {
 }
 
 // sample takes the registry's state at now, for a drain started at start.
-func (r *Registry) sample(now, start time.Time, timeout time.Duration) Sample {
+func sample(r *downstream.Registry, now, start time.Time, timeout time.Duration) Sample {
 	st := &r.Stats
 	s := Sample{
 		AtMS:  now.Sub(start).Milliseconds(),
 		Phase: Phase(st.Phase.Load()).String(),
-		CloseSignals: CloseSignals{HTTP1: st.CloseSignals[ProtoHTTP1].Load(),
-			HTTP2:        st.CloseSignals[ProtoHTTP2].Load(),
-			WebSocket:    st.CloseSignals[ProtoWebSocket].Load(),
+		CloseSignals: CloseSignals{HTTP1: st.CloseSignals[downstream.ProtoHTTP1].Load(),
+			HTTP2:        st.CloseSignals[downstream.ProtoHTTP2].Load(),
+			WebSocket:    st.CloseSignals[downstream.ProtoWebSocket].Load(),
 			EventStreams: st.EventStreamEnds.Load()},
 		EventStreams: st.EventStreams.Load(),
 		Requests:     st.Requests.Load(),
@@ -262,24 +263,24 @@ func (r *Registry) sample(now, start time.Time, timeout time.Duration) Sample {
 	for _, c := range r.Conns() {
 		var by *States
 		switch c.Protocol() {
-		case ProtoHTTP1:
+		case downstream.ProtoHTTP1:
 			by = &s.Connections.HTTP1
-		case ProtoHTTP2:
+		case downstream.ProtoHTTP2:
 			by = &s.Connections.HTTP2
-		case ProtoWebSocket:
+		case downstream.ProtoWebSocket:
 			by = &s.Connections.WebSocket
 		default:
 			by = &s.Connections.Unknown
 		}
 		switch c.State() {
-		case StateNew:
+		case downstream.StateNew:
 			by.New++
-		case StateActive:
+		case downstream.StateActive:
 			by.Active++
-			s.InFlight += c.inFlight()
-		case StateIdle:
+			s.InFlight += c.InFlight()
+		case downstream.StateIdle:
 			by.Idle++
-		case StateUpgraded:
+		case downstream.StateUpgraded:
 			by.Upgraded++
 		default:
 			continue // closed since Conns

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // TestTimelineRecordsDrain runs one drain in fake time and checks what its
@@ -19,14 +21,14 @@ func TestTimelineRecordsDrain(t *testing.T) {
 		if ss, _, _ := tl.Since(0); len(ss) != 0 {
 			t.Fatal("a timeline holds a sample before any drain")
 		}
-		var idle []*Conn
+		var idle []*downstream.Conn
 		for range 2 {
-			c := b.conn(ProtoHTTP1, true)
-			c.SetState(StateIdle)
+			c := b.conn(downstream.ProtoHTTP1, true)
+			c.SetState(downstream.StateIdle)
 			idle = append(idle, c)
 		}
-		h2 := b.conn(ProtoHTTP2, true)
-		h2.SetState(StateActive)
+		h2 := b.conn(downstream.ProtoHTTP2, true)
+		h2.SetState(downstream.StateActive)
 		h2.CountStreams(func() int { return 3 })
 		b.reg.Stats.Requests.Add(7)
 

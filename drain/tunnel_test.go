@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // TestTunnelsClose: a WebSocket tunnel is told to go away at its
@@ -41,7 +43,7 @@ func TestTunnelsClose(t *testing.T) {
 				b := newBubble(t, cfg)
 				var mu sync.Mutex
 				var moments []time.Duration
-				tunnel := func(c *Conn) {
+				tunnel := func(c *downstream.Conn) {
 					c.Tunnel(func(grace time.Duration) {
 						if grace != 3*time.Second {
 							t.Errorf("close asked with grace %v, want 3s", grace)
@@ -53,9 +55,9 @@ func TestTunnelsClose(t *testing.T) {
 				}
 				// Two tunnels and two HTTP/1 connections share the signal
 				// phase's four moments.
-				var conns []*Conn
+				var conns []*downstream.Conn
 				for i := range 4 {
-					c := b.conn(ProtoHTTP1, true)
+					c := b.conn(downstream.ProtoHTTP1, true)
 					if i%2 == 0 {
 						tunnel(c)
 					} else if tc.withHTTP1 {
@@ -67,19 +69,19 @@ func TestTunnelsClose(t *testing.T) {
 					}
 					conns = append(conns, c)
 				}
-				outbound := b.conn(ProtoHTTP1, false)
+				outbound := b.conn(downstream.ProtoHTTP1, false)
 				outbound.Tunnel(func(time.Duration) { t.Error("an outbound listener's tunnel was closed") })
-				if p := conns[0].Protocol(); p != ProtoWebSocket || conns[0].State() != StateUpgraded {
+				if p := conns[0].Protocol(); p != downstream.ProtoWebSocket || conns[0].State() != downstream.StateUpgraded {
 					t.Fatalf("a tunnel's connection is %v, %v; want websocket, upgraded", p, conns[0].State())
 				}
 				b.ctl.Trigger("test")
 				// Connections arriving after the delay have their moment at
 				// once; these upgrade at once.
 				b.sleepUntil(12 * time.Second)
-				late := b.conn(ProtoHTTP1, true)
+				late := b.conn(downstream.ProtoHTTP1, true)
 				tunnel(late)
 				b.sleepUntil(23 * time.Second)
-				later := b.conn(ProtoHTTP1, true)
+				later := b.conn(downstream.ProtoHTTP1, true)
 				tunnel(later)
 				b.sleepUntil(25 * time.Second)
 				mu.Lock()
@@ -89,7 +91,7 @@ func TestTunnelsClose(t *testing.T) {
 				if !slices.Equal(got, tc.want) {
 					t.Fatalf("tunnels told to close (with HTTP/1 signals: %v) at %v; want %v", tc.withHTTP1, got, tc.want)
 				}
-				s := b.reg.sample(time.Now(), b.start, 30*time.Second)
+				s := sample(b.reg, time.Now(), b.start, 30*time.Second)
 				if s.Connections.WebSocket.Upgraded != 5 || s.Connections.HTTP1.Total() != 2 {
 					t.Fatalf("sampled %+v, want 5 upgraded WebSockets (the engine closes them) and 2 HTTP/1", s.Connections)
 				}

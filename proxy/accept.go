@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // acceptLoop accepts connections on a socket, registers each one and hands
@@ -19,8 +19,8 @@ type acceptLoop struct {
 	ln        net.Listener
 	name      string
 	drainable bool // inbound: its connections are drained
-	reg       *drain.Registry
-	dispatch  func(*drain.Conn)
+	reg       *downstream.Registry
+	dispatch  func(*downstream.Conn)
 
 	// grace is how long stop keeps accepting once new connections are
 	// refused (acceptGrace; tests lengthen it).
@@ -46,7 +46,7 @@ type acceptLoop struct {
 // ones: a round trip, with room to spare.
 const acceptGrace = 100 * time.Millisecond
 
-func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *drain.Registry, dispatch func(*drain.Conn)) *acceptLoop {
+func newAcceptLoop(ln net.Listener, name string, drainable bool, reg *downstream.Registry, dispatch func(*downstream.Conn)) *acceptLoop {
 	return &acceptLoop{ln: ln, name: name, drainable: drainable, reg: reg, dispatch: dispatch, grace: acceptGrace,
 		quit: make(chan struct{}), finished: make(chan struct{}), done: make(chan struct{})}
 }
@@ -154,7 +154,7 @@ func (a *acceptLoop) run() {
 // A socket handed to a successor (share) is closed at once: the
 // successor holds it and accepts what is queued. So is one this process
 // did not open (inherited from systemd or from the ebb it took over
-// from; not a drain.OwnListener): another process may hold it still, and
+// from; not a downstream.OwnListener): another process may hold it still, and
 // a filter on it would outlive this one.
 func (a *acceptLoop) stop() error { return a.end(true) }
 
@@ -180,7 +180,7 @@ func (a *acceptLoop) end(graceful bool) error {
 // finish refuses new connections and has run return grace from now,
 // reporting whether both could be arranged.
 func (a *acceptLoop) finish() bool {
-	own, ok := a.ln.(drain.OwnListener)
+	own, ok := a.ln.(downstream.OwnListener)
 	if !ok || refuseNew(own) != nil {
 		return false
 	}

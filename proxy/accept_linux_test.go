@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // queuedClients starts an accept loop on a fresh socket (opened with
@@ -39,7 +39,7 @@ func queuedClients(t *testing.T, n int, listen func(string) (net.Listener, error
 	}
 	done := make(chan struct{})
 	var served []chan struct{}
-	loop = newAcceptLoop(ln, "t", true, drain.NewRegistry(), func(c *drain.Conn) {
+	loop = newAcceptLoop(ln, "t", true, downstream.NewRegistry(), func(c *downstream.Conn) {
 		if first {
 			first = false
 			close(held)
@@ -100,7 +100,7 @@ func answer(c net.Conn) error {
 // nothing sent.
 func TestStopServesAcceptQueue(t *testing.T) {
 	t.Parallel()
-	loop, clients, release := queuedClients(t, 20, drain.Listen)
+	loop, clients, release := queuedClients(t, 20, downstream.Listen)
 	loop.grace = time.Minute // ended below, once the queue is served
 	stopped := make(chan struct{})
 	go func() {
@@ -130,7 +130,7 @@ func TestStopServesAcceptQueue(t *testing.T) {
 		}
 	}
 	// End the grace now rather than in a minute.
-	loop.ln.(drain.OwnListener).SetDeadline(time.Now())
+	loop.ln.(downstream.OwnListener).SetDeadline(time.Now())
 	<-stopped
 	_, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
@@ -150,8 +150,8 @@ func TestStopSharedClosesAtOnce(t *testing.T) {
 		listen func(string) (net.Listener, error)
 		share  bool
 	}{
-		{"handed over", drain.Listen, true},
-		// Plain TCP, as drain.Listen's, but not opened by it.
+		{"handed over", downstream.Listen, true},
+		// Plain TCP, as downstream.Listen's, but not opened by it.
 		{"inherited", func(a string) (net.Listener, error) {
 			var lc net.ListenConfig
 			lc.SetMultipathTCP(false)

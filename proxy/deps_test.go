@@ -44,20 +44,22 @@ var layers = map[string]int{
 	"bench/otlp-sink":           0,
 	"bench/slowloris":           0,
 	"e2e":                       0, // tests only
-	// The drain, discovery and the telemetry pipeline, on the schema.
-	"drain":                    1,
+	// The downstream connections, discovery and the telemetry pipeline,
+	// on the schema.
+	"proxy/downstream":         1,
 	"discovery":                1,
 	"telemetry":                1,
 	"proxy/headers":            1,
 	"proxy/tracing":            1,
 	"examples/load":            1,
 	"examples/rolling-restart": 1,
-	// What stands on them.
+	// What stands on them: the drain, on the connections it drains.
+	"drain":                2,
 	"drain/takeover":       2,
 	"discovery/kubernetes": 2,
-	"admin":                2,
 	"proxy/upstream":       2,
-	"proxy/proxytest":      2,
+	"admin":                3,
+	"proxy/proxytest":      3,
 	// The data path, upwards.
 	"proxy/metrics":             3,
 	"proxy/cluster":             4,

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
@@ -64,7 +64,7 @@ func TestHTTP2CloseSignal(t *testing.T) {
 			}
 		}
 		next(http2.FrameSettings)
-		if p := conn.Protocol(); p != drain.ProtoHTTP2 {
+		if p := conn.Protocol(); p != downstream.ProtoHTTP2 {
 			t.Fatalf("protocol %v, want http2", p)
 		}
 		stop := proxytest.StartDrain(reg, time.Second)
@@ -80,7 +80,7 @@ func TestHTTP2CloseSignal(t *testing.T) {
 		if at := time.Since(start); at != 3*time.Second || final.LastStreamID != 0 {
 			t.Fatalf("final GOAWAY at %v with last stream %d; want at 3s with 0", at, final.LastStreamID)
 		}
-		if n := reg.Stats.CloseSignals[drain.ProtoHTTP2].Load(); n != 1 {
+		if n := reg.Stats.CloseSignals[downstream.ProtoHTTP2].Load(); n != 1 {
 			t.Fatalf("%d GOAWAYs counted, want 1", n)
 		}
 		client.Close()

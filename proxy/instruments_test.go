@@ -12,7 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"golang.org/x/net/http2"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
@@ -45,7 +45,7 @@ clusters:
 `, cert, key, origin[len("http://"):])
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	px, err := New(loadYAML(t, yaml), drain.NewRegistry(), mp.Meter("t"), nil, proxytest.Discard())
+	px, err := New(loadYAML(t, yaml), downstream.NewRegistry(), mp.Meter("t"), nil, proxytest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

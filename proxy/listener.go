@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/h1"
 	"github.com/ebb-proxy/ebb/proxy/h2"
@@ -89,11 +89,11 @@ func newListener(p *Proxy, idx int, cfg config.Listener) *listener {
 		StreamWindow:         uint32(cfg.HTTP2.StreamWindow),
 		ConnWindow:           uint32(cfg.HTTP2.ConnectionWindow),
 		StateChanged: func(c net.Conn, active bool) {
-			if dc := drain.ConnOf(c); dc != nil {
+			if dc := downstream.ConnOf(c); dc != nil {
 				if active {
-					dc.SetState(drain.StateActive)
+					dc.SetState(downstream.StateActive)
 				} else {
-					dc.SetState(drain.StateIdle)
+					dc.SetState(downstream.StateIdle)
 				}
 			}
 		},
@@ -117,7 +117,7 @@ func (l *listener) bind(listen ListenFunc) error {
 		l.certs, l.tls = certs, serverTLSConfig(certs)
 	}
 	l.chl = newChanListener(ln.Addr())
-	l.loop = newAcceptLoop(ln, l.cfg.Name, l.cfg.Role != config.RoleOutbound, l.p.reg, func(c *drain.Conn) {
+	l.loop = newAcceptLoop(ln, l.cfg.Name, l.cfg.Role != config.RoleOutbound, l.p.reg, func(c *downstream.Conn) {
 		c.WriteTimeout = l.cfg.Timeouts.Write
 		c.Skew = timeoutSkew(l.cfg.Timeouts.Header)
 		l.conns.Go(func() { l.serveConn(c) })
@@ -127,7 +127,7 @@ func (l *listener) bind(listen ListenFunc) error {
 }
 
 // skewShare: a connection's timeouts fall up to header/skewShare later
-// than set, at random (drain.Conn.Skew): 500 ms at the default 10 s.
+// than set, at random (downstream.Conn.Skew): 500 ms at the default 10 s.
 const skewShare = 20
 
 // timeoutSkew returns a new connection's skew for a listener whose header

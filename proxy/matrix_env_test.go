@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
@@ -55,7 +55,7 @@ const waitTimeout = proxytest.WaitTimeout
 // starts a Proxy for it, closed at cleanup.
 func startMatrixProxy(t *testing.T, yaml string) *Proxy {
 	t.Helper()
-	p, err := New(loadYAML(t, yaml), drain.NewRegistry(), metric.NewMeterProvider().Meter("matrix"), nil, proxytest.Discard())
+	p, err := New(loadYAML(t, yaml), downstream.NewRegistry(), metric.NewMeterProvider().Meter("matrix"), nil, proxytest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

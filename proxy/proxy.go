@@ -30,9 +30,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/h2"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
@@ -49,7 +49,7 @@ var ErrClosed = errors.New("proxy: closed")
 // Update (live reload). mu guards bound, started and closed.
 type Proxy struct {
 	log       *slog.Logger
-	reg       *drain.Registry
+	reg       *downstream.Registry
 	metrics   *metrics.Metrics
 	listeners []*listener
 	snap      atomic.Pointer[route.Snapshot]
@@ -83,7 +83,7 @@ type Proxy struct {
 
 // New builds a proxy for cfg. Its instruments are made with meter; tp,
 // if not nil, makes its spans (tracing on). It binds nothing until Start.
-func New(cfg *config.Config, reg *drain.Registry, meter metric.Meter, tp trace.TracerProvider, log *slog.Logger) (*Proxy, error) {
+func New(cfg *config.Config, reg *downstream.Registry, meter metric.Meter, tp trace.TracerProvider, log *slog.Logger) (*Proxy, error) {
 	m, err := metrics.New(meter, reg)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: creating instruments: %w", err)
@@ -153,16 +153,16 @@ func (p *Proxy) Start() error {
 }
 
 // ListenFunc opens a listener's socket for a configured address: for
-// example drain.Listen(address), or a socket handed over by the
+// example downstream.Listen(address), or a socket handed over by the
 // process ebb takes over from (see drain/takeover).
 type ListenFunc func(address string) (net.Listener, error)
 
-// Bind opens every listener's socket with listen (nil: drain.Listen) and
+// Bind opens every listener's socket with listen (nil: downstream.Listen) and
 // loads its certificates, without accepting yet. If one fails, those
 // already open are closed and the error names the listener.
 func (p *Proxy) Bind(listen ListenFunc) error {
 	if listen == nil {
-		listen = drain.Listen
+		listen = downstream.Listen
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

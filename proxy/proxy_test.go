@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 func testConfig(addrs ...string) *config.Config {
@@ -36,7 +36,7 @@ func newTestProxy(t *testing.T, cfg *config.Config) *Proxy {
 	if cfg.Telemetry.AccessLog.Path == "" {
 		cfg.Telemetry.AccessLog.Path = os.DevNull // not the test binary's stdout
 	}
-	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("t"), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := New(cfg, downstream.NewRegistry(), metric.NewMeterProvider().Meter("t"), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

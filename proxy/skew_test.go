@@ -12,7 +12,7 @@ import (
 // TestTimeoutsSpread opens connections together, each with a request head
 // that never ends: each is answered 408, none before timeouts.header, and
 // they are cut spread over up to a twentieth of it (each connection's
-// skew, drain.Conn.Skew) rather than all at once. Cut together, a
+// skew, downstream.Conn.Skew) rather than all at once. Cut together, a
 // thousand slow connections held the engine for tens of milliseconds and
 // stalled every other client (bench/README.md, slowloris).
 func TestTimeoutsSpread(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/h2"
 )
 
@@ -18,7 +18,7 @@ import (
 // engine: the TLS handshake's ALPN decides on a TLS listener; on a
 // cleartext one, the HTTP/2 client preface (h2c with prior knowledge) does.
 // Either must come within the listener's header timeout.
-func (l *listener) serveConn(c *drain.Conn) {
+func (l *listener) serveConn(c *downstream.Conn) {
 	var nc net.Conn = c
 	isH2 := false
 	if err := c.SetReadDeadline(time.Now().Add(l.cfg.Timeouts.Header)); err != nil {
@@ -51,11 +51,11 @@ func (l *listener) serveConn(c *drain.Conn) {
 		return
 	}
 	if !isH2 {
-		c.SetProtocol(drain.ProtoHTTP1)
+		c.SetProtocol(downstream.ProtoHTTP1)
 		l.chl.deliver(nc)
 		return
 	}
-	c.SetProtocol(drain.ProtoHTTP2)
+	c.SetProtocol(downstream.ProtoHTTP2)
 	var served *h2.Conn
 	defer func() {
 		if served != nil {
@@ -71,7 +71,7 @@ func (l *listener) serveConn(c *drain.Conn) {
 		// GOAWAY, with the client's first stream if it has opened none
 		// yet, or once it has been idle for drain.http1.idle_close.
 		c.OnSignal(func() {
-			l.p.reg.Stats.CloseSignals[drain.ProtoHTTP2].Add(1)
+			l.p.reg.Stats.CloseSignals[downstream.ProtoHTTP2].Add(1)
 			hc.GoAway(l.p.goAwayGrace, l.p.idleClose)
 		})
 	})

@@ -18,7 +18,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/telemetry"
 )
@@ -314,7 +314,7 @@ func startTraced(t *testing.T, yaml string, rec *proxytest.OTLPReceiver, tracing
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, drain.NewRegistry(), metric.NewMeterProvider().Meter("tracing"), tel.Tracer, proxytest.Discard())
+	p, err := New(cfg, downstream.NewRegistry(), metric.NewMeterProvider().Meter("tracing"), tel.Tracer, proxytest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

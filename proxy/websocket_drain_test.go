@@ -22,6 +22,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
@@ -166,7 +167,7 @@ func TestWebSocketDrainGoingAway(t *testing.T) {
 			if res := drainResult(t, done); res.Reason != drain.ReasonDrained || res.Forced != 0 {
 				t.Fatalf("drain ended %+v, want drained with nothing forced", res)
 			}
-			if n := e.px.reg.Stats.CloseSignals[drain.ProtoWebSocket].Load(); n != clients {
+			if n := e.px.reg.Stats.CloseSignals[downstream.ProtoWebSocket].Load(); n != clients {
 				t.Fatalf("%d WebSocket close signals counted, want %d", n, clients)
 			}
 		})

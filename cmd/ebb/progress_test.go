@@ -13,6 +13,7 @@ import (
 	"github.com/ebb-proxy/ebb/admin"
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 type noServer struct{}
@@ -28,7 +29,7 @@ func startDrainingEbb(t *testing.T) string {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Drain{Delay: 1200 * time.Millisecond, Quiet: 100 * time.Millisecond, Timeout: 20 * time.Second,
 		AcceptUntil: config.AcceptUntilExit, HTTP1: config.DrainHTTP1{IdleClose: config.IdleClose(time.Second)}}
-	ctl := drain.NewController(cfg, drain.NewRegistry(), noServer{}, quiet)
+	ctl := drain.NewController(cfg, downstream.NewRegistry(), noServer{}, quiet)
 	s, err := admin.Start(admin.Options{Address: "127.0.0.1:0", Readiness: alwaysReady{}, Config: func() any { return nil },
 		Drain: ctl.Trigger, Shutdown: ctl.Force, Timeline: ctl.Timeline(), Log: quiet})
 	if err != nil {

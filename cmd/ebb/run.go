@@ -19,6 +19,7 @@ import (
 	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/drain/takeover"
 	"github.com/ebb-proxy/ebb/proxy"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/telemetry"
 )
 
@@ -192,7 +193,7 @@ type serving struct {
 // left listening, and nothing has been accepted.
 func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, socks *takeover.Set) (*serving, error) {
 	log := tel.Logger
-	reg := drain.NewRegistry()
+	reg := downstream.NewRegistry()
 	reg.SetEventStreams(cfg.Drain.EventStreams)
 	px, err := proxy.New(cfg, reg, tel.Meter, tel.Tracer, log)
 	if err != nil {

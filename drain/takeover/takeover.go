@@ -39,7 +39,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // Kind says what a listening socket is for.
@@ -118,7 +118,7 @@ func (s *Set) Listen(address string) (net.Listener, error) {
 	if ln := s.take(func(k Socket) bool { return k.Listener.Addr().Network() == "tcp" && sameTCP(k, address) }); ln != nil {
 		return ln, nil
 	}
-	return drain.Listen(address)
+	return downstream.Listen(address)
 }
 
 // ListenUnix returns the Unix listening socket at path: the set's, if it

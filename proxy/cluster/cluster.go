@@ -19,7 +19,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
@@ -85,7 +85,7 @@ type Cluster struct {
 	scheme   string      // of upstream URLs: "http" or "https"
 	tls      *tls.Config // h2 and auto clusters
 	metrics  *metrics.Cluster
-	reg      *drain.Registry // for counting dials during the drain
+	reg      *downstream.Registry // for counting dials during the drain
 	budget   budget
 	source   discovery.Source // nil if the configuration named none usable
 	// lastSet is the set last applied, for /endpoints. Written by the one
@@ -97,7 +97,7 @@ type Cluster struct {
 // New builds the cluster cfg describes and loads its endpoints once from
 // its discovery source (RunDiscovery follows the source afterwards). m
 // may be nil (no metrics).
-func New(cfg config.Cluster, m *metrics.Cluster, reg *drain.Registry, log *slog.Logger) *Cluster {
+func New(cfg config.Cluster, m *metrics.Cluster, reg *downstream.Registry, log *slog.Logger) *Cluster {
 	c := &Cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstream.Scheme(cfg.Protocol), log: log,
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	c.budget.ratio = cfg.Retries.Budget

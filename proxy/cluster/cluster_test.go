@@ -17,14 +17,14 @@ import (
 
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 func testCluster(balancer string, addrs ...string) *Cluster {
 	return New(config.Cluster{Name: "c", Balancer: balancer, MaxConnsPerEndpoint: 1,
-		Discovery: config.Discovery{Static: addrs}}, nil, drain.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Discovery: config.Discovery{Static: addrs}}, nil, downstream.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 func TestRoundRobin(t *testing.T) {
@@ -126,7 +126,7 @@ func TestRemovedEndpointClosesConnectionsAfterLastExchange(t *testing.T) {
 		}
 		close(closed) // ebb closed the connection
 	})
-	c := New(proxytest.Cluster(origin), nil, drain.NewRegistry(), proxytest.Discard())
+	c := New(proxytest.Cluster(origin), nil, downstream.NewRegistry(), proxytest.Discard())
 	t.Cleanup(c.Close)
 	done := make(chan int)
 	go func() {
@@ -212,13 +212,13 @@ func TestClaimSkipsRemovedEndpoint(t *testing.T) {
 func TestEmptyUpdate(t *testing.T) {
 	for _, onEmpty := range []string{config.OnEmptyKeep, config.OnEmptyApply} {
 		reader := sdkmetric.NewManualReader()
-		m, err := metrics.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"), drain.NewRegistry())
+		m, err := metrics.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"), downstream.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := config.Cluster{Name: "c", MaxConnsPerEndpoint: 1,
 			Discovery: config.Discovery{Static: []string{"a:1", "b:1"}, OnEmpty: onEmpty}}
-		c := New(cfg, m.ForCluster("c"), drain.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c := New(cfg, m.ForCluster("c"), downstream.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		c.Update(discovery.Set{Source: "file"})
 		want := 2
 		if onEmpty == config.OnEmptyApply {

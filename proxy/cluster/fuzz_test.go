@@ -23,8 +23,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
@@ -465,7 +465,7 @@ func (o *h2FuzzOrigin) exchange(tb testing.TB, timeout time.Duration, method uin
 	cfg := proxytest.Cluster(o.Addr)
 	cfg.Protocol = config.ProtocolH2C
 	cfg.Timeouts.Response = timeout
-	c := cluster.New(cfg, nil, drain.NewRegistry(), proxytest.Discard())
+	c := cluster.New(cfg, nil, downstream.NewRegistry(), proxytest.Discard())
 	defer c.Close()
 	input := func() string {
 		return fmt.Sprintf("method %d, raw %v, close %v, frames %q", method%3, raw, closeAfter, frames)

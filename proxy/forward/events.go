@@ -3,7 +3,7 @@ package forward
 import (
 	"sync/atomic"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/events"
 )
 
@@ -15,7 +15,7 @@ import (
 // and the length is unknown, it also returns the Cutter that ends the
 // body on an event boundary at the connection's close signal; interrupt
 // wakes a read of the body blocked waiting for the upstream.
-func (l *Listener) EventStream(conn *drain.Conn, length int64, interrupt func()) (cut *events.Cutter, done func()) {
+func (l *Listener) EventStream(conn *downstream.Conn, length int64, interrupt func()) (cut *events.Cutter, done func()) {
 	if conn == nil {
 		return nil, nil
 	}

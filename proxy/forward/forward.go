@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/tracing"
@@ -36,7 +36,7 @@ type Listener struct {
 	// Snapshot holds the current routes and clusters.
 	Snapshot *atomic.Pointer[route.Snapshot]
 	// Registry knows every downstream connection and the drain's state.
-	Registry *drain.Registry
+	Registry *downstream.Registry
 	// Log receives upstream errors (the access log is the snapshot's).
 	Log *slog.Logger
 
@@ -102,7 +102,7 @@ type Call interface {
 // Prepare; Forward; Finish; metrics and the access log.
 // host and path are the request's authority and path as sent. It returns
 // the route (nil if none) and the status sent.
-func Serve[S string | []byte, C Call](l *Listener, c C, proto drain.Protocol, host, path S, start time.Time) (*route.Route, int) {
+func Serve[S string | []byte, C Call](l *Listener, c C, proto downstream.Protocol, host, path S, start time.Time) (*route.Route, int) {
 	if l.Registry.Draining() {
 		l.Registry.Stats.Requests.Add(1)
 	}
@@ -202,7 +202,7 @@ func answered(e *access.Entry, status int, msg string) int {
 
 // reject answers a request ebb will not forward, counts it on rm and logs
 // it, and returns the status. rt is the request's route (nil: none).
-func (l *Listener) reject(c Call, rm *metrics.Route, proto drain.Protocol, rt *route.Route, status int, msg string, start time.Time, e *access.Entry) int {
+func (l *Listener) reject(c Call, rm *metrics.Route, proto downstream.Protocol, rt *route.Route, status int, msg string, start time.Time, e *access.Entry) int {
 	l.countError(status)
 	c.Reply(status, msg)
 	rm.Record(proto, status, start)

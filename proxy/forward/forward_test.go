@@ -8,9 +8,9 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/paths"
@@ -68,7 +68,7 @@ func TestForwardClientGone(t *testing.T) {
 		{"client there", context.Background(), 200, 1},
 	} {
 		c := &call{ctx: tc.ctx}
-		_, status := forward.Serve(e.Listener, c, drain.ProtoHTTP2, "example.com", "/", time.Now())
+		_, status := forward.Serve(e.Listener, c, downstream.ProtoHTTP2, "example.com", "/", time.Now())
 		if status != tc.status || c.sent != tc.sent || c.replied != 0 {
 			t.Errorf("%s: status %d, sent %d, replies %d; want %d, %d, 0", tc.name, status, c.sent, c.replied, tc.status, tc.sent)
 		}
@@ -101,7 +101,7 @@ func TestServePaths(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			setPaths(tc.o)
 			c := &call{ctx: context.Background()}
-			_, status := forward.Serve(e.Listener, c, drain.ProtoHTTP1, []byte("example.com"), []byte(tc.path), time.Now())
+			_, status := forward.Serve(e.Listener, c, downstream.ProtoHTTP1, []byte("example.com"), []byte(tc.path), time.Now())
 			wantSent := 1
 			if tc.status != 200 {
 				wantSent = 0

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
@@ -73,7 +73,7 @@ func benchmarkGet(b *testing.B, logged bool, ratio float64) {
 func runGet(b *testing.B, e *enginetest.Engine, uri string, check func(*fasthttp.RequestCtx)) {
 	client, server := net.Pipe()
 	defer client.Close()
-	reg := drain.NewRegistry()
+	reg := downstream.NewRegistry()
 	conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true, nil)
 	var ctx fasthttp.RequestCtx
 	ctx.Init2(conn, nil, false)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
@@ -27,7 +27,7 @@ func TestHTTP1CloseSignal(t *testing.T) {
 		client, server := net.Pipe()
 		defer client.Close()
 		conn := reg.Track(&enginetest.AddrConn{Conn: server}, "bench", true, nil)
-		conn.SetProtocol(drain.ProtoHTTP1)
+		conn.SetProtocol(downstream.ProtoHTTP1)
 		var ctx fasthttp.RequestCtx
 		ctx.Init2(conn, nil, false)
 		closes := func() bool {
@@ -53,7 +53,7 @@ func TestHTTP1CloseSignal(t *testing.T) {
 		if !closes() {
 			t.Fatal("no Connection: close after the connection's moment")
 		}
-		if n, r := reg.Stats.CloseSignals[drain.ProtoHTTP1].Load(), reg.Stats.Requests.Load(); n != 1 || r != 2 {
+		if n, r := reg.Stats.CloseSignals[downstream.ProtoHTTP1].Load(), reg.Stats.Requests.Load(); n != 1 || r != 2 {
 			t.Fatalf("%d Connection: close counted, %d requests during the drain; want 1 and 2", n, r)
 		}
 	})

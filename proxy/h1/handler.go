@@ -10,9 +10,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
@@ -32,7 +32,7 @@ const prefetchedBody = 8 << 10
 type call struct {
 	s    *Server
 	ctx  *fasthttp.RequestCtx
-	conn *drain.Conn // nil for a connection ebb did not accept (tests)
+	conn *downstream.Conn // nil for a connection ebb did not accept (tests)
 	body *upstream.Body
 	// upgrade: the request asks for a WebSocket upgrade, relayed as one.
 	upgrade bool
@@ -72,7 +72,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	c := s.calls.Get().(*call)
-	c.ctx, c.conn, c.head = ctx, drain.ConnOf(ctx.Conn()), hd
+	c.ctx, c.conn, c.head = ctx, downstream.ConnOf(ctx.Conn()), hd
 	req := &ctx.Request
 	c.http10 = !req.Header.IsHTTP11()
 	var host, path []byte
@@ -92,12 +92,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		// Host (and send it on as an Authorization field).
 		host, path = req.Header.Host(), uri.PathOriginal()
 	}
-	forward.Serve(s.l, c, drain.ProtoHTTP1, host, path, ctx.Time())
-	if conn := c.conn; conn != nil && conn.CloseRequested() && !ctx.Response.ConnectionClose() && conn.State() != drain.StateUpgraded {
+	forward.Serve(s.l, c, downstream.ProtoHTTP1, host, path, ctx.Time())
+	if conn := c.conn; conn != nil && conn.CloseRequested() && !ctx.Response.ConnectionClose() && conn.State() != downstream.StateUpgraded {
 		// The drain's close signal reached this connection: this response
 		// is its last, and the client learns it in-band.
 		ctx.Response.SetConnectionClose()
-		s.l.Registry.Stats.CloseSignals[drain.ProtoHTTP1].Add(1)
+		s.l.Registry.Stats.CloseSignals[downstream.ProtoHTTP1].Add(1)
 	}
 	if hd != nil && !c.upgrade && !ctx.Response.ConnectionClose() {
 		// What the engine reads next is the next request. (Not on a

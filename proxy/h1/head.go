@@ -6,7 +6,7 @@ import (
 	"errors"
 	"net"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 )
 
 // head watches the bytes of a request head as the engine reads them, on
@@ -102,7 +102,7 @@ func (h *head) pass(p []byte, n int, err error) (int, error) {
 
 // headConn is a cleartext HTTP/1 connection with its head watched.
 type headConn struct {
-	*drain.Conn
+	*downstream.Conn
 	h head
 }
 
@@ -114,11 +114,11 @@ func (c *headConn) Read(p []byte) (int, error) {
 	return c.h.pass(p, n, err)
 }
 
-// NetConn returns the registry's connection (drain.ConnOf finds it).
+// NetConn returns the registry's connection (downstream.ConnOf finds it).
 func (c *headConn) NetConn() net.Conn { return c.Conn }
 
 // tlsHeadConn is an HTTP/1 connection over TLS with its head watched.
-// The embedded *tls.Conn keeps what fasthttp and drain.ConnOf look for
+// The embedded *tls.Conn keeps what fasthttp and downstream.ConnOf look for
 // (ConnectionState, NetConn).
 type tlsHeadConn struct {
 	*tls.Conn
@@ -150,7 +150,7 @@ type watchHeads struct{ net.Listener }
 func (l watchHeads) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	switch v := c.(type) {
-	case *drain.Conn:
+	case *downstream.Conn:
 		return &headConn{Conn: v, h: newHead()}, err
 	case *tls.Conn:
 		return &tlsHeadConn{Conn: v, h: newHead()}, err

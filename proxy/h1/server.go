@@ -17,7 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 )
 
@@ -82,7 +82,7 @@ func New(l *forward.Listener) *Server {
 		ctx.SetBodyString(forward.MsgBodyTooLarge)
 		ctx.SetContentType("text/plain; charset=utf-8")
 		lingerOnClose(ctx)
-		l.Table().NoRoute.Record(drain.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
+		l.Table().NoRoute.Record(downstream.ProtoHTTP1, fasthttp.StatusRequestEntityTooLarge, ctx.Time())
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return s
@@ -143,26 +143,26 @@ func notHTTP1(err error) bool {
 }
 
 // lingerOnClose marks the request's connection to be closed gracefully
-// (see drain.Conn.LingerOnClose).
+// (see downstream.Conn.LingerOnClose).
 func lingerOnClose(ctx *fasthttp.RequestCtx) {
-	if c := drain.ConnOf(ctx.Conn()); c != nil {
+	if c := downstream.ConnOf(ctx.Conn()); c != nil {
 		c.LingerOnClose()
 	}
 }
 
 // connState mirrors fasthttp's view of each connection into the registry.
 func connState(c net.Conn, s fasthttp.ConnState) {
-	dc := drain.ConnOf(c)
+	dc := downstream.ConnOf(c)
 	if dc == nil {
 		return
 	}
 	switch s {
 	case fasthttp.StateActive:
-		dc.SetState(drain.StateActive)
+		dc.SetState(downstream.StateActive)
 	case fasthttp.StateIdle:
-		dc.SetState(drain.StateIdle)
+		dc.SetState(downstream.StateIdle)
 	case fasthttp.StateHijacked:
-		dc.SetState(drain.StateUpgraded)
+		dc.SetState(downstream.StateUpgraded)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -177,7 +177,7 @@ type wsEvent struct {
 //
 // Until the drain asks, frames go both ways as they come, close frames
 // included, and the first side to end ends both (as net/http/httputil's
-// relay does). When the drain asks (drain.Conn.Tunnel), ebb sends the
+// relay does). When the drain asks (downstream.Conn.Tunnel), ebb sends the
 // client a close frame with status 1001 between two frames, and from
 // then on is the client's peer: the upstream's frames are dropped (the
 // client may get none after a close frame), the client's are relayed
@@ -189,10 +189,10 @@ type wsEvent struct {
 // handshake already relayed when the drain asks goes on as it is.
 type wsTunnel struct {
 	down    net.Conn
-	dc      *drain.Conn // nil: a connection ebb did not accept (tests)
+	dc      *downstream.Conn // nil: a connection ebb did not accept (tests)
 	up      *upstream.Conn
 	upR     *bufio.Reader
-	stats   *drain.Stats
+	stats   *downstream.Stats
 	toDown  wsWriter
 	toUp    wsWriter
 	ev      chan wsEvent
@@ -200,7 +200,7 @@ type wsTunnel struct {
 	drainCh chan time.Duration // the drain's ask, with its grace
 }
 
-func newTunnel(down net.Conn, dc *drain.Conn, up *upstream.Conn, upR *bufio.Reader, stats *drain.Stats) *wsTunnel {
+func newTunnel(down net.Conn, dc *downstream.Conn, up *upstream.Conn, upR *bufio.Reader, stats *downstream.Stats) *wsTunnel {
 	return &wsTunnel{
 		down: down, dc: dc, up: up, upR: upR, stats: stats,
 		toDown:  wsWriter{w: down, lock: make(chan struct{}, 1)},
@@ -211,7 +211,7 @@ func newTunnel(down net.Conn, dc *drain.Conn, up *upstream.Conn, upR *bufio.Read
 	}
 }
 
-// ask is the drain's call (drain.Conn.Tunnel): it never blocks.
+// ask is the drain's call (downstream.Conn.Tunnel): it never blocks.
 func (t *wsTunnel) ask(grace time.Duration) {
 	select {
 	case t.drainCh <- grace:
@@ -371,7 +371,7 @@ func (t *wsTunnel) relay() {
 			if !sent {
 				return // no frame boundary within grace, or the client is gone
 			}
-			t.stats.CloseSignals[drain.ProtoWebSocket].Add(1)
+			t.stats.CloseSignals[downstream.ProtoWebSocket].Add(1)
 			closing = true
 			clientTimer = time.NewTimer(grace)
 			clientWait = clientTimer.C

@@ -29,8 +29,9 @@ func isWebSocket(h *fasthttp.RequestHeader) bool { return upstream.WebSocketOnly
 // connection of its own. On 101 the client connection is hijacked and
 // its frames relayed both ways (wsTunnel) until either side closes; the
 // connection is then a WebSocket tunnel in the registry, which the drain
-// tells to go away with a close frame (drain.Conn.Tunnel). Any other answer is relayed as an ordinary response, its body
-// streamed from that connection, which closes after it.
+// tells to go away with a close frame (downstream.Conn.Tunnel). Any other
+// answer is relayed as an ordinary response, its body streamed from that
+// connection, which closes after it.
 func (c *call) sendUpgrade(rt *route.Route, ep *cluster.Endpoint) (_ int, _ *cluster.Endpoint, err error) {
 	ctx, conn := c.ctx, c.conn
 	req := &ctx.Request

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/h2"
 	"github.com/ebb-proxy/ebb/proxy/internal/enginetest"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
@@ -72,7 +72,7 @@ type benchClient struct {
 }
 
 // startBench serves srv on one loopback connection and returns its client.
-func startBench(tb testing.TB, srv *h2.Server, reg *drain.Registry) *benchClient {
+func startBench(tb testing.TB, srv *h2.Server, reg *downstream.Registry) *benchClient {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

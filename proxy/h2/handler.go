@@ -16,9 +16,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/headers"
@@ -29,11 +29,11 @@ import (
 )
 
 // connKey is the context key under which an HTTP/2 connection's streams
-// find its *drain.Conn (see Serve's ctx).
+// find its *downstream.Conn (see Serve's ctx).
 type connKey struct{}
 
 // WithConn returns a base context for the streams of the connection c.
-func WithConn(ctx context.Context, c *drain.Conn) context.Context {
+func WithConn(ctx context.Context, c *downstream.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
@@ -43,7 +43,7 @@ func WithConn(ctx context.Context, c *drain.Conn) context.Context {
 // graceful shutdown, so it is the right context for the upstream request.
 func Forwarder(l *forward.Listener) Handler {
 	return HandlerFunc(func(st *Stream) {
-		conn, _ := st.Context().Value(connKey{}).(*drain.Conn)
+		conn, _ := st.Context().Value(connKey{}).(*downstream.Conn)
 		c := callPool.Get().(*call)
 		defer func() {
 			*c = call{path: c.path[:0]}
@@ -54,7 +54,7 @@ func Forwarder(l *forward.Listener) Handler {
 		if i := bytes.IndexByte(path, '?'); i >= 0 {
 			path = path[:i]
 		}
-		rt, _ := forward.Serve(l, c, drain.ProtoHTTP2, st.Authority(), path, time.Now())
+		rt, _ := forward.Serve(l, c, downstream.ProtoHTTP2, st.Authority(), path, time.Now())
 		if c.relayErr != nil {
 			// The client is gone, or the upstream failed mid-body: the
 			// stream must end in a reset, not look complete.
@@ -76,7 +76,7 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 type call struct {
 	l    *forward.Listener
 	st   *Stream
-	conn *drain.Conn
+	conn *downstream.Conn
 	body *upstream.Body
 	// Towards an HTTP/1 upstream, the request and response in fasthttp's
 	// form (released by Finish); towards others, the request for

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 	"github.com/ebb-proxy/ebb/telemetry/collect"
 )
@@ -46,7 +47,7 @@ type Metrics struct {
 
 // New creates the instruments on m; the connection and drain gauges read
 // reg at each collection.
-func New(m metric.Meter, reg *drain.Registry) (*Metrics, error) {
+func New(m metric.Meter, reg *downstream.Registry) (*Metrics, error) {
 	out := Metrics{start: time.Now()}
 	var err error
 	if out.connects, err = m.Int64Counter("ebb.upstream.connects",
@@ -101,7 +102,7 @@ func New(m metric.Meter, reg *drain.Registry) (*Metrics, error) {
 }
 
 // drainMetrics exports the drain's counts, read from st at each scrape.
-func drainMetrics(m metric.Meter, st *drain.Stats) error {
+func drainMetrics(m metric.Meter, st *downstream.Stats) error {
 	phase, err := m.Int64ObservableGauge("ebb.drain.phase",
 		metric.WithDescription("1 for the drain's current phase (serving, announce, signal, wait, exit), 0 for the others."))
 	if err != nil {
@@ -144,7 +145,7 @@ func drainMetrics(m metric.Meter, st *drain.Stats) error {
 			}
 			o.ObserveInt64(phase, v, metric.WithAttributes(attribute.String("phase", p.String())))
 		}
-		for _, proto := range []drain.Protocol{drain.ProtoHTTP1, drain.ProtoHTTP2, drain.ProtoWebSocket} {
+		for _, proto := range []downstream.Protocol{downstream.ProtoHTTP1, downstream.ProtoHTTP2, downstream.ProtoWebSocket} {
 			o.ObserveInt64(signals, st.CloseSignals[proto].Load(), metric.WithAttributes(attribute.String("protocol", proto.String())))
 		}
 		o.ObserveInt64(signals, st.EventStreamEnds.Load(), metric.WithAttributes(attribute.String("protocol", "event_stream")))
@@ -178,7 +179,7 @@ var durationBounds = func() []time.Duration {
 	return out
 }()
 
-const numProtos = int(drain.ProtoHTTP2) + 1
+const numProtos = int(downstream.ProtoHTTP2) + 1
 
 // Route counts the requests of one listener and cluster pair.
 type Route struct {
@@ -237,7 +238,7 @@ func (m *Metrics) ForRoute(listener, cluster string) *Route {
 		base := []attribute.KeyValue{
 			attribute.String("listener", listener),
 			attribute.String("cluster", cluster),
-			attribute.String("protocol", drain.Protocol(p).String()),
+			attribute.String("protocol", downstream.Protocol(p).String()),
 		}
 		rm.durationAttrs[p] = attribute.NewSet(base...)
 		for c, class := range statusClasses {
@@ -258,7 +259,7 @@ func (m *Metrics) ForRoute(listener, cluster string) *Route {
 }
 
 // Record counts one answered request.
-func (rm *Route) Record(proto drain.Protocol, status int, start time.Time) {
+func (rm *Route) Record(proto downstream.Protocol, status int, start time.Time) {
 	rm.requests[proto][statusClass(status)].Add(1)
 	rm.durations[proto].observe(time.Since(start))
 }

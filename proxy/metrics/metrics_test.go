@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 	"github.com/ebb-proxy/ebb/telemetry"
@@ -19,11 +20,11 @@ func TestMetricsProduce(t *testing.T) {
 	m := &Metrics{start: time.Now()}
 	rm := m.ForRoute("public", "app")
 	now := time.Now()
-	rm.Record(drain.ProtoHTTP1, 200, now.Add(-time.Millisecond/10)) // 100µs: first bucket
-	rm.Record(drain.ProtoHTTP1, 204, now.Add(-2*time.Millisecond))  // 2ms: the 2.5ms bucket
-	rm.Record(drain.ProtoHTTP1, 502, now.Add(-time.Minute))         // over every bound
+	rm.Record(downstream.ProtoHTTP1, 200, now.Add(-time.Millisecond/10)) // 100µs: first bucket
+	rm.Record(downstream.ProtoHTTP1, 204, now.Add(-2*time.Millisecond))  // 2ms: the 2.5ms bucket
+	rm.Record(downstream.ProtoHTTP1, 502, now.Add(-time.Minute))         // over every bound
 	other := m.ForRoute("public", "other")
-	if allocs := testing.AllocsPerRun(100, func() { other.Record(drain.ProtoHTTP1, 200, now) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { other.Record(downstream.ProtoHTTP1, 200, now) }); allocs != 0 {
 		t.Errorf("record allocates %v times", allocs)
 	}
 
@@ -58,14 +59,14 @@ func TestMetricsProduce(t *testing.T) {
 func TestDrainMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	reg := drain.NewRegistry()
+	reg := downstream.NewRegistry()
 	if _, err := New(mp.Meter("test"), reg); err != nil {
 		t.Fatal(err)
 	}
 	st := &reg.Stats
 	st.Phase.Store(int32(drain.PhaseSignal))
-	st.CloseSignals[drain.ProtoHTTP1].Add(3)
-	st.CloseSignals[drain.ProtoHTTP2].Add(2)
+	st.CloseSignals[downstream.ProtoHTTP1].Add(3)
+	st.CloseSignals[downstream.ProtoHTTP2].Add(2)
 	st.IdleCloses.Add(4)
 	st.ForcedCloses.Add(1)
 	st.Requests.Add(10)
@@ -97,7 +98,7 @@ func TestDrainMetrics(t *testing.T) {
 func TestClusterMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := New(mp.Meter("test"), drain.NewRegistry())
+	m, err := New(mp.Meter("test"), downstream.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

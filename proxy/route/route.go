@@ -11,9 +11,9 @@ import (
 	"strings"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/access"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/paths"
@@ -38,7 +38,7 @@ type Snapshot struct {
 // whose configuration is the same is taken over as it is: its endpoints,
 // pools, health and discovery go on. Each new cluster loads its endpoints
 // once from its source; the caller runs its discovery afterwards.
-func Build(cfg *config.Config, m *metrics.Metrics, reg *drain.Registry, log *slog.Logger, prev *Snapshot) *Snapshot {
+func Build(cfg *config.Config, m *metrics.Metrics, reg *downstream.Registry, log *slog.Logger, prev *Snapshot) *Snapshot {
 	s := &Snapshot{Clusters: make(map[string]*cluster.Cluster, len(cfg.Clusters))}
 	for _, c := range cfg.Clusters {
 		if prev != nil {

@@ -4,15 +4,15 @@ import (
 	"testing"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 func TestRouteMatch(t *testing.T) {
 	clusters := map[string]*cluster.Cluster{}
 	for _, n := range []string{"api", "v2", "wild", "app"} {
-		clusters[n] = cluster.New(config.Cluster{Name: n, Discovery: config.Discovery{Static: []string{"127.0.0.1:1"}}}, nil, drain.NewRegistry(), proxytest.Discard())
+		clusters[n] = cluster.New(config.Cluster{Name: n, Discovery: config.Discovery{Static: []string{"127.0.0.1:1"}}}, nil, downstream.NewRegistry(), proxytest.Discard())
 	}
 	routes := []config.Route{
 		{Match: config.Match{Host: "api.example.com", PathPrefix: "/v2/"}, Cluster: "v2"},

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
@@ -31,7 +31,7 @@ import (
 // response body that outlives the handler, holds it too.
 type Body struct {
 	r        io.Reader
-	conn     *drain.Conn
+	conn     *downstream.Conn
 	limit    int64 // 0: none
 	size     int64 // Content-Length, or -1 (unknown: chunked)
 	n        int64
@@ -77,7 +77,7 @@ var errAttemptOver = errors.New("upstream: request body no longer sent on this a
 // a timed pace gives each read from conn its deadline, for a body
 // still on the socket, until the response begins (Answered). The caller
 // releases it.
-func AcquireBody(r io.Reader, conn *drain.Conn, limit, size int64, p pace.Budget) *Body {
+func AcquireBody(r io.Reader, conn *downstream.Conn, limit, size int64, p pace.Budget) *Body {
 	b := bodyPool.Get().(*Body)
 	b.r, b.conn, b.limit, b.size, b.pace = r, conn, limit, size, p
 	b.deadline = conn != nil && p.Timed()
@@ -260,7 +260,7 @@ func (b *Body) Answered() {
 }
 
 // aLongTimeAgo is a read deadline that has passed, and still has once a
-// connection's skew (drain.Conn.Skew) is added: time.Now() would not.
+// connection's skew (downstream.Conn.Skew) is added: time.Now() would not.
 var aLongTimeAgo = time.Unix(1, 0)
 
 // interrupt makes a read from the client that is blocked, or about to

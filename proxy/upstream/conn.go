@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/events"
 )
 
@@ -50,7 +50,7 @@ type Conn struct {
 	ackBase       int64
 	wrote         atomic.Bool   // the last operation was a write
 	writeTimeout  time.Duration // bounds each write: a stalled upstream is let go
-	writeDeadline drain.WriteDeadline
+	writeDeadline downstream.WriteDeadline
 	idle          idleCheck // before each reuse
 }
 
@@ -76,7 +76,7 @@ func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
 // up to 1.7×), because with one network poll per round the order in
 // which connections are served flips every round (bench/README.md, "What
 // is left of the tail"). Client connections do not yield (see
-// drain.Conn.Read for why).
+// downstream.Conn.Read for why).
 func (c *Conn) Read(p []byte) (int, error) {
 	if c.wrote.Swap(false) {
 		runtime.Gosched()

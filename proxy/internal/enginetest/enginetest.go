@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ebb-proxy/ebb/config"
-	"github.com/ebb-proxy/ebb/drain"
 	"github.com/ebb-proxy/ebb/proxy/cluster"
+	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/forward"
 	"github.com/ebb-proxy/ebb/proxy/h1"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
@@ -26,7 +26,7 @@ import (
 type Engine struct {
 	Listener *forward.Listener
 	H1       *h1.Server
-	Registry *drain.Registry
+	Registry *downstream.Registry
 	Cluster  *cluster.Cluster
 }
 
@@ -42,7 +42,7 @@ func New(tb testing.TB, set func(*config.Cluster), origins ...string) *Engine {
 	}
 	cfg.Listeners = []config.Listener{proxytest.Listener()}
 	cfg.Clusters = []config.Cluster{c}
-	reg := drain.NewRegistry()
+	reg := downstream.NewRegistry()
 	m, err := metrics.New(metric.NewMeterProvider().Meter("test"), reg)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,4 +1,4 @@
-package drain
+package downstream
 
 import (
 	"errors"
@@ -31,6 +31,62 @@ const (
 	idleAsked          // the controller asked; the reader is to answer
 	idleAnswered       // the reader sent the FIN and finishes the connection
 )
+
+// Finishing an idle HTTP/1 connection: after its FIN, the client has this
+// long to close its side (it usually does at once) before ebb closes the
+// socket.
+const finWait = time.Second
+
+// askAgain is how soon the controller looks at a connection again while
+// an ask is outstanding or a request may be waiting in its socket.
+const askAgain = 10 * time.Millisecond
+
+// CloseIfIdle is the controller's half of the idle close, called at now
+// for a connection that has had its close signal: if the connection has
+// waited for a request for idleClose past its moment (or past going idle,
+// if later), it asks the reading goroutine to close it. It returns when
+// to look at the connection again, or zero when only a change of its
+// state can make it due (or it is no business of the idle close: an
+// outbound listener's connection, one without its signal, one serving a
+// request).
+func (c *Conn) CloseIfIdle(now time.Time, idleClose time.Duration) (again time.Time) {
+	// A connection whose protocol is still unknown has sent nothing yet
+	// (clients open spare connections, browsers preconnect): it is idle
+	// like a new HTTP/1 one. One whose protocol is known and is still new
+	// has sent its first request: it is not idle.
+	if !c.Drainable || !c.CloseRequested() || !c.looksIdle() {
+		return time.Time{}
+	}
+	if c.rx.Load() != c.rxIdle.Load() {
+		// It has read bytes since it went idle: a request (or a TLS
+		// handshake) has begun, which the engine has not reported yet.
+		// Its response will carry Connection: close.
+		return time.Time{}
+	}
+	switch c.idleClose.Load() {
+	case idleAsked:
+		// Its reader answers as soon as it runs; a declined ask is made
+		// again.
+		return now.Add(askAgain)
+	case idleAnswered:
+		return time.Time{} // its reader finishes it, within finWait
+	}
+	idleAt := c.SignaledAt()
+	if ns := c.idleSince.Load(); ns != 0 && ns > idleAt.UnixNano() {
+		idleAt = time.Unix(0, ns)
+	}
+	if due := idleAt.Add(idleClose); now.Before(due) {
+		return due
+	}
+	if c.pending() {
+		// A request (or the client's own close) is in the socket, not yet
+		// read: no need to ask. Once read, the response carries
+		// Connection: close.
+		return now.Add(askAgain)
+	}
+	c.askIdleClose()
+	return now.Add(askAgain)
+}
 
 // aLongTimeAgo is a read deadline that has passed, and still has once a
 // skew is added: setting it cuts a blocked read short at once.

@@ -1,6 +1,6 @@
 //go:build unix
 
-package drain
+package downstream
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package drain
+package downstream
 
 import (
 	"io"
@@ -347,8 +347,8 @@ func (c *Conn) CountStreams(f func() int) {
 	c.smu.Unlock()
 }
 
-// inFlight is the number of requests in flight on an active connection.
-func (c *Conn) inFlight() int {
+// InFlight is the number of requests in flight on an active connection.
+func (c *Conn) InFlight() int {
 	c.smu.Lock()
 	f := c.streams
 	c.smu.Unlock()
@@ -390,24 +390,24 @@ func (c *Conn) Tunnel(end func(grace time.Duration)) {
 	c.onTunnel = end
 	c.smu.Unlock()
 	if c.reg != nil && c.reg.tunnelDue(c.closeReq.Load()) {
-		c.endTunnel()
+		c.EndTunnel()
 	}
 }
 
-// endTunnel runs the tunnel's close, once.
-func (c *Conn) endTunnel() {
+// EndTunnel runs the tunnel's close, once (the drain's tunnels' window).
+func (c *Conn) EndTunnel() {
 	c.smu.Lock()
 	f := c.onTunnel
 	c.onTunnel = nil
 	c.smu.Unlock()
 	if f != nil {
-		f(c.reg.tunnelGrace())
+		f(c.reg.TunnelGrace())
 	}
 }
 
-// isTunnel reports whether the connection is a tunnel not yet closed by
+// IsTunnel reports whether the connection is a tunnel not yet closed by
 // the drain.
-func (c *Conn) isTunnel() bool {
+func (c *Conn) IsTunnel() bool {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	return c.onTunnel != nil
@@ -438,10 +438,11 @@ func (c *Conn) WatchSignal(f func()) (stop func()) {
 	}
 }
 
-// signal gives the connection its close signal, once: the engine's
+// Signal gives the connection its close signal, once (the drain, at the
+// connection's moment): the engine's
 // in-band signal, and a tunnel's close unless tunnels close at the
 // deadline.
-func (c *Conn) signal(now time.Time) {
+func (c *Conn) Signal(now time.Time) {
 	c.smu.Lock()
 	if c.closeReq.Load() {
 		c.smu.Unlock()
@@ -463,12 +464,12 @@ func (c *Conn) signal(now time.Time) {
 		w()
 	}
 	if c.reg != nil && c.reg.tunnelDue(true) {
-		c.endTunnel()
+		c.EndTunnel()
 	}
 }
 
-// signaledAt returns when the connection got its close signal.
-func (c *Conn) signaledAt() time.Time {
+// SignaledAt returns when the connection got its close signal.
+func (c *Conn) SignaledAt() time.Time {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	return c.signaled

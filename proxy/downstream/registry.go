@@ -1,4 +1,4 @@
-package drain
+package downstream
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 
 // Registry knows every open downstream connection, so that a drain can act
 // on each one and tell when none is left. The request path never touches
-// it: connections are added at accept and removed at close.
+// it: connections are added at accept and removed at close. The drain's
+// controller (package drain) drives it through the methods that say so.
 type Registry struct {
 	mu    sync.Mutex
 	conns map[*Conn]struct{} // guarded by mu
@@ -23,7 +24,8 @@ type Registry struct {
 	// by mu.
 	gone map[string]Bytes
 
-	// Stats counts what the drain did, for metrics.
+	// Stats counts what the drain did, for metrics and the drain's
+	// timeline: the engines add to it, the controller sets its Phase.
 	Stats Stats
 
 	// lastTrack is when the last connection arrived (unix nanoseconds).
@@ -49,7 +51,8 @@ type Registry struct {
 
 // Stats counts the drain's actions. Every field is safe for concurrent use.
 type Stats struct {
-	// Phase is the drain's Phase.
+	// Phase is the drain's phase (a drain.Phase, set by its controller):
+	// zero while serving, before any drain.
 	Phase atomic.Int32
 	// CloseSignals counts, by protocol, the close signals passed on:
 	// responses sent with Connection: close because of the drain (HTTP/1),
@@ -85,7 +88,7 @@ func NewRegistry() *Registry {
 
 // Draining reports whether a drain has begun. The request path asks it to
 // count requests and dials during the drain.
-func (r *Registry) Draining() bool { return Phase(r.Stats.Phase.Load()) != PhaseServing }
+func (r *Registry) Draining() bool { return r.Stats.Phase.Load() != 0 }
 
 // Track registers an accepted connection and returns the wrapper every
 // engine must use from then on. drainable is false for connections of
@@ -103,7 +106,7 @@ func (r *Registry) Track(nc net.Conn, listener string, drainable bool, onClose f
 	}
 	now := time.Now()
 	if drainable && r.signalNew.Load() {
-		c.signal(now)
+		c.Signal(now)
 	}
 	r.mu.Lock()
 	if len(r.conns) == 0 {
@@ -171,14 +174,56 @@ func (r *Registry) tunnelDue(signaled bool) bool {
 	return !r.wsAtDeadline.Load() || r.wsWindow.Load()
 }
 
-// tunnelGrace is each side's time to answer a close frame: the drain's,
+// TunnelGrace is each side's time to answer a close frame: the drain's,
 // or drain.websocket.grace's default when it has none (a configuration
 // built in code, not loaded).
-func (r *Registry) tunnelGrace() time.Duration {
+func (r *Registry) TunnelGrace() time.Duration {
 	if g := time.Duration(r.wsGrace.Load()); g > 0 {
 		return g
 	}
 	return config.DefaultWebSocketGrace
+}
+
+// The drain's controller tells the registry what the connections must
+// know of the drain, and watches them.
+
+// CloseTunnels sets drain.websocket for the drain beginning: tunnels close
+// at their connection's moment unless atDeadline, and then from the
+// tunnels' window on (OpenTunnelWindow); each side has grace to answer a
+// close frame.
+func (r *Registry) CloseTunnels(atDeadline bool, grace time.Duration) {
+	r.wsGrace.Store(int64(grace))
+	r.wsAtDeadline.Store(atDeadline)
+}
+
+// TunnelsAtDeadline reports whether tunnels wait for the tunnels' window
+// (drain.websocket.close: at_deadline).
+func (r *Registry) TunnelsAtDeadline() bool { return r.wsAtDeadline.Load() }
+
+// OpenTunnelWindow begins the tunnels' window (at_deadline): a tunnel
+// opened from now on, on a connection that has had its close signal, is
+// closed at once.
+func (r *Registry) OpenTunnelWindow() { r.wsWindow.Store(true) }
+
+// SignalArrivals begins the signal phase for connections yet to come:
+// from now on, each gets its close signal as it is tracked.
+func (r *Registry) SignalArrivals() { r.signalNew.Store(true) }
+
+// LastArrival returns when the last connection was tracked (zero if none
+// was).
+func (r *Registry) LastArrival() time.Time {
+	if ns := r.lastTrack.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Watch has the registry tell changed of every connection that arrives,
+// leaves or changes state, until stop; changed holds at most one pending
+// notice. One watcher at a time (the drain's controller).
+func (r *Registry) Watch() (changed <-chan struct{}, stop func()) {
+	r.watching.Store(true)
+	return r.kick, func() { r.watching.Store(false) }
 }
 
 // changed tells a watching controller that a connection arrived, left or
@@ -240,9 +285,9 @@ func (r *Registry) WaitEmpty(ctx context.Context) error {
 	}
 }
 
-// active counts the connections with requests in flight: HTTP/1 ones
+// Active counts the connections with requests in flight: HTTP/1 ones
 // serving a request, HTTP/2 ones with streams open.
-func (r *Registry) active() int {
+func (r *Registry) Active() int {
 	n := 0
 	r.Each(func(c *Conn) {
 		if c.State() == StateActive {

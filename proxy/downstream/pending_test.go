@@ -1,9 +1,8 @@
 //go:build unix
 
-package drain
+package downstream
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/ebb-proxy/ebb/config"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection, the server's
@@ -40,22 +37,49 @@ func tcpPair(t *testing.T, reg *Registry) (client net.Conn, c *Conn) {
 	return client, c
 }
 
-// startIdleClosing runs a drain of reg whose idle_close is 20ms, from now
-// on, until the test ends.
+// idleCloseAfter is the idle_close of the tests' drains: short, so that
+// an idle close that should not happen has many chances to.
+const idleCloseAfter = 20 * time.Millisecond
+
+// startIdleClosing plays the drain's controller for reg's connections from
+// now on, until the test ends: each has its close signal now, and the
+// idle close looks at them as the controller does (Registry.Watch,
+// Conn.CloseIfIdle) with an idle_close of idleCloseAfter.
 func startIdleClosing(t *testing.T, reg *Registry) {
-	cfg := drainConfig(0, 0, 10*time.Second)
-	cfg.HTTP1.IdleClose = config.IdleClose(20 * time.Millisecond)
-	ctl := NewController(cfg, reg, &fakeServer{reg: reg}, quiet())
-	done := make(chan struct{})
+	now := time.Now()
+	reg.SignalArrivals()
+	for _, c := range reg.Conns() {
+		c.Signal(now)
+	}
+	changed, unwatch := reg.Watch()
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		ctl.Run(context.Background())
+		defer unwatch()
+		wake := time.NewTimer(0)
+		defer wake.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-changed:
+			case <-wake.C:
+			}
+			var next time.Time
+			for _, c := range reg.Conns() {
+				if at := c.CloseIfIdle(time.Now(), idleCloseAfter); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+					next = at
+				}
+			}
+			if !next.IsZero() {
+				wake.Reset(time.Until(next))
+			}
+		}
 	}()
 	t.Cleanup(func() {
-		ctl.Force("the test's end")
+		close(stop)
 		<-done
 	})
-	ctl.Trigger("test")
 }
 
 // readAsync reads n bytes of c (io.ReadFull) on a goroutine of its own, as

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package drain
+package downstream
 
 // pending is always false where the socket cannot be peeked at.
 func (c *Conn) pending() bool { return false }

@@ -46,6 +46,7 @@ var layers = map[string]int{
 	"e2e":                       0, // tests only
 	// The drain, discovery and the telemetry pipeline, on the schema.
 	"drain":                    1,
+	"config/internal/refgen":   1, // writes docs/CONFIGURATION.md from config
 	"discovery":                1,
 	"telemetry":                1,
 	"proxy/headers":            1,

@@ -44,6 +44,7 @@ var layers = map[string]int{
 	"bench/otlp-sink":           0,
 	"bench/slowloris":           0,
 	"e2e":                       0, // tests only
+	"docs":                      0, // tests only: the links of the guide
 	// The drain, discovery and the telemetry pipeline, on the schema.
 	"drain":                    1,
 	"config/internal/refgen":   1, // writes docs/CONFIGURATION.md from config

@@ -104,8 +104,9 @@ func load() (*config.Config, error) {
 	return config.Load(path, config.Options{})
 }
 
-// step is one move from a value to a value inside it: a struct field, or
-// (Field -1) the first element of a list, or what a pointer points to.
+// step is one move from a value to a value inside it: a struct field
+// (through a pointer, which is followed on the way), or elem, the first
+// element of a list.
 type step struct{ field int }
 
 const elem = -1
@@ -153,9 +154,9 @@ func probe(steps []step, key string, set func(reflect.Value)) ([]string, error) 
 }
 
 // required reports whether Validate refuses the key left empty and
-// Default gives it no value (admin.address has one). Keys inside a list
-// have their element's defaults, which zeroing the key undoes: none of
-// those is refused empty as missing.
+// Default gives it no value (admin.address has one). Default says nothing
+// of the keys inside a list, whose element sets their defaults; Validate
+// refuses none of those that has one as missing, so it alone decides.
 func required(steps []step, key string) (bool, error) {
 	if !slices.Contains(steps, step{elem}) && !at(reflect.ValueOf(config.Default()).Elem(), steps).IsZero() {
 		return false, nil
@@ -229,30 +230,28 @@ func generate(d *docs) ([]byte, error) {
 			continue
 		}
 		ft, fv := f.Type, v.Field(i)
-		doc := keyed(d.fields["Config"][f.Name], f.Name, key)
-		if s := structOf(ft); s != nil {
-			doc = join(doc, d.typeDoc(s, ft, key))
+		s := structOf(ft)
+		if s == nil {
+			return nil, fmt.Errorf("%s: a top-level key must hold a mapping or a list of mappings", key)
 		}
+		doc := join(keyed(d.fields["Config"][f.Name], f.Name, key), d.typeDoc(s, ft, key))
 		if doc == "" {
 			return nil, fmt.Errorf("%s has no doc comment", key)
 		}
 		sec := section{key: key, doc: doc}
-		if s := structOf(ft); s != nil {
-			if ft.Kind() == reflect.Slice {
-				key += "[]"
-				req, err := required([]step{{i}}, f.Tag.Get("key"))
-				if err != nil {
-					return nil, err
-				}
-				if req {
-					sec.doc += " At least one is required."
-				}
-			}
-			if err := g.walk(&sec, key, []step{{i}}, ft, fv); err != nil {
+		under := key
+		if ft.Kind() == reflect.Slice {
+			under += "[]"
+			req, err := required([]step{{i}}, key)
+			if err != nil {
 				return nil, err
 			}
-		} else {
-			return nil, fmt.Errorf("%s: a top-level key must hold a mapping or a list of mappings", key)
+			if req {
+				sec.doc += " At least one is required."
+			}
+		}
+		if err := g.walk(&sec, under, []step{{i}}, ft, fv); err != nil {
+			return nil, err
 		}
 		g.sections = append(g.sections, sec)
 	}
@@ -317,12 +316,10 @@ func (g *generator) walk(sec *section, key string, steps []step, t reflect.Type,
 		switch {
 		case req:
 			r.def = "required"
-		case s != nil && ft.Kind() != reflect.Struct:
-			r.def = "none"
-		case s != nil:
-			r.def = ""
-		default:
+		case s == nil:
 			r.def = value(fv)
+		case ft.Kind() != reflect.Struct: // a list or a pointer: none unless given
+			r.def = "none"
 		}
 		if ft.Kind() == reflect.String || ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String {
 			vals, err := allowed(fsteps, probeKey, ft)

@@ -2,7 +2,8 @@ package config
 
 import "time"
 
-// Defaults. Each is documented, with its reason, in examples/ebb.yaml.
+// Defaults. Each is documented, with its reason, on the field it fills;
+// docs/CONFIGURATION.md shows them together.
 const (
 	DefaultAdminAddress        = "127.0.0.1:9901"
 	DefaultMaxHeaderBytes      = 32 << 10

@@ -80,8 +80,9 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// The annotated example is the reference for every default: it must load,
-// and must say what Default and the element defaults say.
+// The example writes every key at its default (the reference,
+// docs/CONFIGURATION.md, says what each does): it must load, and must say
+// what Default and the element defaults say.
 func TestExampleMatchesDefaults(t *testing.T) {
 	ex, err := Load("../examples/ebb.yaml", Options{})
 	if err != nil {

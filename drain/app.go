@@ -20,7 +20,7 @@ import (
 )
 
 // AppWatcher watches the application named by drain.app and reports when it
-// has exited: the "app gone" exit of design/DRAIN.md. In a sidecar nothing
+// has exited: the "app gone" exit of docs/DRAIN.md. In a sidecar nothing
 // can be served once the application is gone, so the drain need not wait
 // for its deadline.
 //

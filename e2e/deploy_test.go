@@ -34,7 +34,7 @@ import (
 // types (an unknown or misspelt field fails, as kubectl apply --validate
 // would) and check the invariants the drain depends on. No API server
 // runs here: what the kubelet does with them is described in the
-// manifests and the README, and the behaviour they rely on (drain.app,
+// manifests and docs/DEPLOYMENT.md, and the behaviour they rely on (drain.app,
 // ebb run -- app, ebb drain -wait, the probe port) is exercised for real
 // by the other e2e tests.
 

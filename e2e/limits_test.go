@@ -98,7 +98,7 @@ func trunc(b []byte) []byte {
 }
 
 // TestDefaultMaxHeaderBytes checks the documented default of
-// limits.max_header_bytes (examples/ebb.yaml: "default 32KiB"): a request
+// limits.max_header_bytes (docs/CONFIGURATION.md: 32KiB): a request
 // with 33 KiB of headers to a listener without limits gets 431, one with 31
 // KiB passes.
 func TestDefaultMaxHeaderBytes(t *testing.T) {
@@ -194,7 +194,7 @@ clusters:
 }
 
 // TestBodyLimitAtOnce checks the documented promise that a Content-Length
-// over max_body_bytes gets 413 "at once" (examples/ebb.yaml): the client
+// over max_body_bytes gets 413 "at once" (docs/CONFIGURATION.md): the client
 // sends only the headers, and must get 413 without sending the body. With
 // Expect: 100-continue, ebb must not invite the body with 100 Continue
 // either: the point of the expectation is to learn of the 413 before

@@ -92,12 +92,11 @@ func checkDrainedExit(t *testing.T, old *ebbProc) {
 	}
 }
 
-// TestTakeover is the hitless restart (README, Restart without refusing a
-// connection): under keep-alive load from every client kind, with new
-// clients arriving all the time, a second ebb started with -takeover
-// takes over the same ports (listener and admin); the old one stops
-// accepting, drains and exits 0. No client sees an error, no connection
-// is refused, and the successor serves on.
+// TestTakeover is the hitless restart (docs/RESTART.md): under keep-alive
+// load from every client kind, with new clients arriving all the time, a
+// second ebb started with -takeover takes over the same ports (listener
+// and admin); the old one stops accepting, drains and exits 0. No client
+// sees an error, no connection is refused, and the successor serves on.
 func TestTakeover(t *testing.T) {
 	t.Parallel()
 	origin := newOrigin(t, mixedOrigin(false))

@@ -44,9 +44,11 @@ var layers = map[string]int{
 	"bench/otlp-sink":           0,
 	"bench/slowloris":           0,
 	"e2e":                       0, // tests only
+	"docs":                      0, // tests only: the links of the guide
 	// The downstream connections, discovery and the telemetry pipeline,
 	// on the schema.
 	"proxy/downstream":         1,
+	"config/internal/refgen":   1, // writes docs/CONFIGURATION.md from config
 	"discovery":                1,
 	"telemetry":                1,
 	"proxy/headers":            1,

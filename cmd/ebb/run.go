@@ -29,7 +29,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf configFlags
 	cf.register(fs)
-	takeoverFlag := fs.Bool("takeover", false, "take over the listening sockets of the ebb offering them on takeover.socket; it then drains and exits (see README, Restart)")
+	takeoverFlag := fs.Bool("takeover", false, "take over the listening sockets of the ebb offering them on takeover.socket; it then drains and exits (see docs/RESTART.md)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}

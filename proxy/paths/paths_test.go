@@ -92,7 +92,7 @@ func TestNormalize(t *testing.T) {
 		{"decoded backslashes then dot-dot", all, "/public%5C..%5Cadmin", "/admin", nil},
 		{"decode: a percent before", decode, "/%%2F", "/%/", nil},
 		{"decode: a percent before, normalized", all, "/%%2F", "", ErrBadEncoding},
-		{"the README's example", all, "/public/%2e%2e//admin%2Fx?q=../", "/admin/x?q=../", nil},
+		{"INTEGRITY.md's example", all, "/public/%2e%2e//admin%2Fx?q=../", "/admin/x?q=../", nil},
 
 		// What is not a path, and the query, are left alone.
 		{"empty", all, "", "", nil},

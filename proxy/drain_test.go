@@ -102,7 +102,13 @@ func TestHTTP2NewConnectionsDuringDrain(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-			_, stop := proxytest.RunDrain(e.px.reg, wsDrainConfig(time.Second))
+			// The drain must not end while the test runs: once drained
+			// (quiet without a connection, which a slow machine can
+			// give between two requests) it would close every
+			// connection, one just accepted included.
+			cfg := wsDrainConfig(time.Second)
+			cfg.Quiet = cfg.Timeout
+			_, stop := proxytest.RunDrain(e.px.reg, cfg)
 			defer stop()
 			for i := range 100 {
 				e.Client.CloseIdleConnections() // a new connection each time

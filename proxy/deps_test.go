@@ -42,6 +42,7 @@ var layers = map[string]int{
 	"bench/idle-h2":             0,
 	"bench/latseries":           0,
 	"bench/otlp-sink":           0,
+	"bench/peers":               0,
 	"bench/slowloris":           0,
 	"e2e":                       0, // tests only
 	// The drain, discovery and the telemetry pipeline, on the schema.

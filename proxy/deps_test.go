@@ -53,6 +53,7 @@ var layers = map[string]int{
 	"proxy/tracing":            1,
 	"examples/load":            1,
 	"examples/rolling-restart": 1,
+	"bench/harness":            1,
 	// What stands on them.
 	"drain/takeover":       2,
 	"discovery/kubernetes": 2,

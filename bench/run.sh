@@ -34,45 +34,14 @@
 #   CPU 1: the origin (nginx; the gRPC server for grpc) and the load
 #          generator (wrk, h2load or the gRPC client)
 #
-# Knobs (environment):
-#   PARTS=h1,h2c,h2tls,idle,idle-h1,grpc   parts to run (any subset; commas
-#                 or spaces; slowloris too)
-#   DURATION=10   seconds per measured run
-#   ROUNDS=5      measured runs per proxy and variant (the median is kept)
-#   WARMUP=2      seconds of unmeasured load per proxy before each variant
-#   CONNS=64      connections for the h1 throughput variants
-#   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c and h2tls parts)
-#   H2_WIDE_CONNS=100          h2load -c of the h2c part's one-stream variant
-#   IDLE_CONNS=2000            connections the idle part holds
-#   IDLE_H1_CONNS=10000        connections the idle-h1 part holds
-#   SLOW_CONNS=1000 SLOW_HOLD=30 SLOW_CLIENT_CONNS=8   slowloris: attack
-#                 connections, seconds the attack lasts, wrk's connections
-#   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
-#   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
-#                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
-#                 (h1 only); the grpc part measures direct and, if listed, ebb;
-#                 ebb-log (h1 and h2c parts) is ebb with its access log on
-#                 (JSON to a file; the others, ebb included, log no requests):
-#                 what the access log costs; ebb-trace100 and ebb-trace1
-#                 (h1 and h2c parts) are ebb with tracing on, sampling 100 %
-#                 and 1 % of requests, exporting over OTLP/gRPC to
-#                 bench/otlp-sink (on CPU 1): what tracing costs
-#   BASE=REF      also measure ebb as built from the git commit REF (proxy
-#                 "base": h1, h2c, idle-h1 and slowloris parts), interleaved
-#                 with today's ebb:
-#                 the way to see what a change costs or buys
-#   PROFILE=0     1: after the h2c rounds, profile ebb (CPU, allocations)
-#                 under one more h2load run; saved next to the report
-#   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
-#   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
-#   BASE_PORT=18090 BASE_ADMIN_PORT=18091 EBB_LOG_PORT=18097 EBB_LOG_ADMIN_PORT=18098
-#   EBB_TRACE100_PORT=18101 EBB_TRACE100_ADMIN_PORT=18102 EBB_TRACE1_PORT=18103
-#   EBB_TRACE1_ADMIN_PORT=18104 OTLP_PORT=18105 (ebb-trace100's sink; ebb-trace1's
-#   is OTLP_PORT+1)
-#   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
-#   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
-#   NGINX_GRPC_PORT=18095 HAPROXY_GRPC_PORT=18096
-#   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
+# Knobs (environment): PARTS, DURATION, ROUNDS, WARMUP, PROXIES, BASE,
+# PROFILE, KEEP_WORK, the sizes of each part's load and the ports: the
+# table in bench/README.md gives each one's default and meaning.
+#
+# This script orchestrates: it builds, starts, pins, loads and stops the
+# processes (every one by PID, however the script ends) and reads their
+# CPU time and memory from /proc. bench/harness writes the configurations,
+# parses each run's output and renders the report.
 set -euo pipefail
 
 PARTS=${PARTS:-h1,h2c,h2tls,idle,idle-h1,grpc}

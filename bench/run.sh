@@ -34,45 +34,14 @@
 #   CPU 1: the origin (nginx; the gRPC server for grpc) and the load
 #          generator (wrk, h2load or the gRPC client)
 #
-# Knobs (environment):
-#   PARTS=h1,h2c,h2tls,idle,idle-h1,grpc   parts to run (any subset; commas
-#                 or spaces; slowloris too)
-#   DURATION=10   seconds per measured run
-#   ROUNDS=5      measured runs per proxy and variant (the median is kept)
-#   WARMUP=2      seconds of unmeasured load per proxy before each variant
-#   CONNS=64      connections for the h1 throughput variants
-#   H2_CONNS=8 H2_STREAMS=16   h2load -c and -m (h2c and h2tls parts)
-#   H2_WIDE_CONNS=100          h2load -c of the h2c part's one-stream variant
-#   IDLE_CONNS=2000            connections the idle part holds
-#   IDLE_H1_CONNS=10000        connections the idle-h1 part holds
-#   SLOW_CONNS=1000 SLOW_HOLD=30 SLOW_CLIENT_CONNS=8   slowloris: attack
-#                 connections, seconds the attack lasts, wrk's connections
-#   GRPC_CONCURRENCY="1 16"    calls in flight, one grpc variant each
-#   PROXIES="ebb nginx haproxy fasthttp"   proxies to measure (any subset);
-#                 fasthttp is bench/fasthttp-bare, the barest fasthttp proxy
-#                 (h1 only); the grpc part measures direct and, if listed, ebb;
-#                 ebb-log (h1 and h2c parts) is ebb with its access log on
-#                 (JSON to a file; the others, ebb included, log no requests):
-#                 what the access log costs; ebb-trace100 and ebb-trace1
-#                 (h1 and h2c parts) are ebb with tracing on, sampling 100 %
-#                 and 1 % of requests, exporting over OTLP/gRPC to
-#                 bench/otlp-sink (on CPU 1): what tracing costs
-#   BASE=REF      also measure ebb as built from the git commit REF (proxy
-#                 "base": h1, h2c, idle-h1 and slowloris parts), interleaved
-#                 with today's ebb:
-#                 the way to see what a change costs or buys
-#   PROFILE=0     1: after the h2c rounds, profile ebb (CPU, allocations)
-#                 under one more h2load run; saved next to the report
-#   ORIGIN_PORT=18000 EBB_PORT=18080 NGINX_PORT=18081 HAPROXY_PORT=18082
-#   FASTHTTP_PORT=18083 NGINX_H2C_PORT=18084 HAPROXY_H2C_PORT=18085
-#   BASE_PORT=18090 BASE_ADMIN_PORT=18091 EBB_LOG_PORT=18097 EBB_LOG_ADMIN_PORT=18098
-#   EBB_TRACE100_PORT=18101 EBB_TRACE100_ADMIN_PORT=18102 EBB_TRACE1_PORT=18103
-#   EBB_TRACE1_ADMIN_PORT=18104 OTLP_PORT=18105 (ebb-trace100's sink; ebb-trace1's
-#   is OTLP_PORT+1)
-#   EBB_TLS_PORT=18092 NGINX_TLS_PORT=18093 HAPROXY_TLS_PORT=18094
-#   GRPC_PORT=18086 EBB_GRPC_PORT=18087 EBB_ADMIN_PORT=18089
-#   NGINX_GRPC_PORT=18095 HAPROXY_GRPC_PORT=18096
-#   KEEP_WORK=1   keep the temporary directory (configs, logs, raw output)
+# Knobs (environment): PARTS, DURATION, ROUNDS, WARMUP, PROXIES, BASE,
+# PROFILE, KEEP_WORK, the sizes of each part's load and the ports: the
+# table in bench/README.md gives each one's default and meaning.
+#
+# This script orchestrates: it builds, starts, pins, loads and stops the
+# processes (every one by PID, however the script ends) and reads their
+# CPU time and memory from /proc. bench/harness writes the configurations,
+# parses each run's output and renders the report.
 set -euo pipefail
 
 PARTS=${PARTS:-h1,h2c,h2tls,idle,idle-h1,grpc}
@@ -316,6 +285,9 @@ check_h2c() {
 # Build ebb (and the helpers the chosen parts need)
 # ---------------------------------------------------------------------------
 
+# bench/harness: the configurations, the parsing of every run, the report.
+(cd "$REPO_DIR" && go build -o "$WORK/bin/harness" ./bench/harness) || die "go build ./bench/harness failed"
+HARNESS=$WORK/bin/harness
 if has_proxy ebb || has_proxy ebb-log || has_tracing; then
 	log "building ebb from $REPO_DIR"
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/ebb" ./cmd/ebb) || die "go build ./cmd/ebb failed"
@@ -390,47 +362,31 @@ for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
 done
 
 # ---------------------------------------------------------------------------
+# Configurations: bench/harness writes every one the run may use, from
+# bench/harness/ebb.yaml.tmpl and bench/peers' nginx and HAProxy templates.
+# It reads the knobs from the environment, as resolved here (it has no
+# defaults of its own); it also parses each run's output and writes the
+# report.
+# ---------------------------------------------------------------------------
+
+BASE_ACCESS_LOG=1 # a base from before telemetry.access_log existed has no such key
+if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" | grep -q 'key:"access_log"'; then
+	BASE_ACCESS_LOG=0
+fi
+export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
+	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
+	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT GRPC_PORT OTLP_PORT \
+	EBB_PORT EBB_ADMIN_PORT EBB_TLS_PORT EBB_GRPC_PORT BASE_PORT BASE_ADMIN_PORT EBB_LOG_PORT EBB_LOG_ADMIN_PORT \
+	EBB_TRACE100_PORT EBB_TRACE100_ADMIN_PORT EBB_TRACE1_PORT EBB_TRACE1_ADMIN_PORT \
+	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT HAPROXY_PORT HAPROXY_H2C_PORT HAPROXY_TLS_PORT HAPROXY_GRPC_PORT
+"$HARNESS" configs || die "bench/harness could not write the configurations"
+
+# ---------------------------------------------------------------------------
 # Origin: nginx on CPU 1, 64-byte body on /, 64 KiB static file on /64k.
 # ---------------------------------------------------------------------------
 
-SMALL_BODY=$(printf '%*s' "$SMALL_BYTES" '' | tr ' ' 'x')
 mkdir -p "$WORK/origin/html" "$WORK/origin/tmp"
 head -c "$LARGE_BYTES" /dev/zero | tr '\0' 'y' >"$WORK/origin/html/64k"
-
-cat >"$WORK/origin/nginx.conf" <<EOF
-# Origin: one worker, keep-alive without a request cap, no access log.
-worker_processes 1;
-daemon off;
-pid $WORK/origin/nginx.pid;
-error_log $WORK/origin/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_timeout 120s;
-    keepalive_requests 1000000;   # never close the proxies' pooled connections
-    sendfile on;
-    client_body_temp_path $WORK/origin/tmp/body;
-    proxy_temp_path       $WORK/origin/tmp/proxy;
-    fastcgi_temp_path     $WORK/origin/tmp/fastcgi;
-    uwsgi_temp_path       $WORK/origin/tmp/uwsgi;
-    scgi_temp_path        $WORK/origin/tmp/scgi;
-    server {
-        listen 127.0.0.1:$ORIGIN_PORT;
-        default_type application/octet-stream;
-        location = /    { return 200 "$SMALL_BODY"; }
-        location = /64k { root $WORK/origin/html; }
-        # The slowloris part's POSTs: an application reads the whole body
-        # before it answers; "return" would answer at once. nginx reads
-        # the body (proxy_request_buffering), then asks itself for /.
-        location = /slow {
-            proxy_pass http://127.0.0.1:$ORIGIN_PORT/;
-            proxy_method GET;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-        }
-    }
-}
-EOF
 
 start_origin() {
 	log "starting origin nginx on 127.0.0.1:$ORIGIN_PORT (CPU $LOAD_CPU)"
@@ -475,15 +431,13 @@ start_sinks() {
 	done
 }
 
-# stop_sinks: stop them; SPANS[PROXY] is what each was sent.
-declare -A SPANS=()
+# stop_sinks: stop them; each prints what it was sent, for the report.
 stop_sinks() {
 	local p
 	for p in ebb-trace100 ebb-trace1; do
 		[[ -n ${PID[sink-$p]:-} ]] || continue
 		stop_pid "sink-$p"
-		SPANS[$p]=$(sed -n 's/^spans=\([0-9]*\) .*/\1/p' "$WORK/sink-$p/out.log")
-		[[ -n ${SPANS[$p]} ]] || { cat "$WORK/sink-$p/out.log" >&2; die "otlp-sink for $p printed no count"; }
+		grep -q '^spans=' "$WORK/sink-$p/out.log" || { cat "$WORK/sink-$p/out.log" >&2; die "otlp-sink for $p printed no count"; }
 	done
 }
 
@@ -504,224 +458,6 @@ declare -A LOGF=([ebb]=$WORK/ebb/ebb.log [nginx]=$WORK/nginx/error.log [haproxy]
 for p in "${EBB_KINDS[@]}"; do LOGF[$p]=$WORK/$p/ebb.log; done
 
 mkdir -p "$WORK/ebb" "$WORK/nginx/tmp" "$WORK/haproxy" "$WORK/fasthttp" "$WORK/base" "$WORK/ebb-log" "$WORK/ebb-trace100" "$WORK/ebb-trace1"
-
-# One listener serves HTTP/1.1 and h2c (sniffed); the cluster speaks
-# HTTP/1.1 to the origin (protocol: http1, the default). No access log,
-# as nginx and HAProxy have none here (ebb-log measures one).
-cat >"$WORK/ebb/ebb.yaml" <<EOF
-admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
-listeners:
-  - name: bench
-    address: 127.0.0.1:$EBB_PORT
-    routes:
-      - match: { path_prefix: "/" }
-        cluster: origin
-clusters:
-  - name: origin
-    discovery: { static: ["127.0.0.1:$ORIGIN_PORT"] }
-telemetry:
-  log: { level: warn }
-  access_log: { enabled: false }
-EOF
-
-# The base build: the same configuration on its own ports. (A base from
-# before telemetry.access_log existed has no such key.)
-sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$BASE_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$BASE_PORT/" \
-	"$WORK/ebb/ebb.yaml" >"$WORK/base/ebb.yaml"
-if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" | grep -q 'key:"access_log"'; then
-	sed -i '/access_log:/d' "$WORK/base/ebb.yaml"
-fi
-# ebb-log: the same with the access log on, to a file (emptied before
-# each run: see run_load).
-sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:$EBB_LOG_ADMIN_PORT/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:$EBB_LOG_PORT/" \
-	-e "s|access_log: { enabled: false }|access_log: { enabled: true, format: json, path: \"$WORK/ebb-log/access.log\" }|" \
-	"$WORK/ebb/ebb.yaml" >"$WORK/ebb-log/ebb.yaml"
-# ebb-trace100 and ebb-trace1: the plain ebb (no access log) with tracing
-# on, every trace starting at ebb (wrk and h2load send no traceparent),
-# exported to bench/otlp-sink. The batch span processor's defaults hold
-# (queues of 2,048 spans, batches of 512 every 5 s): spans it has no room
-# for are dropped, as they would be in production, and the report says how
-# many reached the sink.
-for p in ebb-trace100 ebb-trace1; do
-	share=1
-	[[ $p == ebb-trace100 ]] || share=0.01
-	sed -e "s/127.0.0.1:$EBB_ADMIN_PORT/127.0.0.1:${ADMIN_PORT[$p]}/" -e "s/127.0.0.1:$EBB_PORT/127.0.0.1:${PORT[$p]}/" \
-		"$WORK/ebb/ebb.yaml" >"$WORK/$p/ebb.yaml"
-	printf '  tracing: { enabled: true, protocol: grpc, endpoint: "http://127.0.0.1:%s", sampling_ratio: %s }\n' \
-		"${SINK_PORT[$p]}" "$share" >>"$WORK/$p/ebb.yaml"
-done
-
-# The h2tls part: a second listener with TLS (not in the base's copy: the
-# base runs no TLS variant).
-if has_part h2tls; then
-	awk -v port="$EBB_TLS_PORT" -v dir="$WORK/tls" '{ print } /^listeners:$/ {
-		print "  - name: bench-tls"
-		print "    address: 127.0.0.1:" port
-		print "    tls: { cert: \"" dir "/cert.pem\", key: \"" dir "/key.pem\" }"
-		print "    routes:"
-		print "      - match: { path_prefix: \"/\" }"
-		print "        cluster: origin"
-	}' "$WORK/ebb/ebb.yaml" >"$WORK/ebb/ebb.yaml.new" && mv "$WORK/ebb/ebb.yaml.new" "$WORK/ebb/ebb.yaml"
-fi
-
-# The grpc part: the same, in front of the gRPC server over h2c.
-cat >"$WORK/ebb/ebb-grpc.yaml" <<EOF
-admin: { address: 127.0.0.1:$EBB_ADMIN_PORT }
-listeners:
-  - name: grpc
-    address: 127.0.0.1:$EBB_GRPC_PORT
-    routes:
-      - match: { path_prefix: "/" }
-        cluster: grpc
-clusters:
-  - name: grpc
-    protocol: h2c
-    discovery: { static: ["127.0.0.1:$GRPC_PORT"] }
-telemetry:
-  log: { level: warn }
-EOF
-
-# The h2c front ends of nginx and HAProxy exist only when the part runs.
-NGINX_H2C_SERVER=""
-HAPROXY_H2C_FRONTEND=""
-if has_part h2c || has_part idle; then
-	# nginx 1.22 has no "http2 on;" (1.25.1+): "listen ... http2" without
-	# ssl is HTTP/2 with prior knowledge only.
-	NGINX_H2C_SERVER="
-    server {
-        listen 127.0.0.1:$NGINX_H2C_PORT http2;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_max_temp_file_size 0;
-        }
-    }"
-	HAPROXY_H2C_FRONTEND="
-frontend bench_h2c
-    bind 127.0.0.1:$HAPROXY_H2C_PORT proto h2
-    default_backend origin"
-fi
-if has_part grpc; then
-	NGINX_H2C_SERVER+="
-    server {
-        listen 127.0.0.1:$NGINX_GRPC_PORT http2;
-        location / {
-            grpc_pass grpc://grpc_origin;
-        }
-    }"
-	HAPROXY_H2C_FRONTEND+="
-
-frontend bench_grpc
-    bind 127.0.0.1:$HAPROXY_GRPC_PORT proto h2
-    default_backend grpc_origin
-
-backend grpc_origin
-    server grpc 127.0.0.1:$GRPC_PORT proto h2"
-fi
-if has_part h2tls; then
-	NGINX_H2C_SERVER+="
-    server {
-        listen 127.0.0.1:$NGINX_TLS_PORT ssl http2;
-        ssl_certificate     $WORK/tls/cert.pem;
-        ssl_certificate_key $WORK/tls/key.pem;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_max_temp_file_size 0;
-        }
-    }"
-	HAPROXY_H2C_FRONTEND+="
-
-frontend bench_h2tls
-    bind 127.0.0.1:$HAPROXY_TLS_PORT ssl crt $WORK/tls/haproxy.pem alpn h2
-    default_backend origin"
-fi
-
-cat >"$WORK/nginx/nginx.conf" <<EOF
-# nginx as a reverse proxy: one worker, pooled keep-alive upstream
-# connections, no access log. keepalive_requests is raised on both sides so
-# that nginx, like ebb and HAProxy, never closes a busy connection after
-# 1000 requests (it also caps requests per HTTP/2 connection).
-# proxy_max_temp_file_size 0: a 64 KiB response that does not fit the
-# default proxy buffers is streamed, not spooled to disk.
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_timeout 120s;
-    keepalive_requests 1000000;
-    client_body_temp_path $WORK/nginx/tmp/body;
-    proxy_temp_path       $WORK/nginx/tmp/proxy;
-    fastcgi_temp_path     $WORK/nginx/tmp/fastcgi;
-    uwsgi_temp_path       $WORK/nginx/tmp/uwsgi;
-    scgi_temp_path        $WORK/nginx/tmp/scgi;
-    upstream origin {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 256;   # idle connections kept: above the most in flight (h2c: 8 x 16)
-        keepalive_requests 1000000;
-        keepalive_timeout 60s;
-    }
-    upstream grpc_origin {
-        server 127.0.0.1:$GRPC_PORT;
-        keepalive 64;
-        keepalive_requests 1000000;
-    }
-    server {
-        listen 127.0.0.1:$NGINX_PORT;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_max_temp_file_size 0;
-        }
-    }$NGINX_H2C_SERVER
-}
-EOF
-
-cat >"$WORK/haproxy/haproxy.cfg" <<EOF
-# HAProxy as a reverse proxy: one thread, HTTP mode, server connections
-# reused across requests, no logging.
-global
-    nbthread 1
-    maxconn 4096
-
-defaults
-    mode http
-    maxconn 4096
-    option http-keep-alive
-    http-reuse always
-    timeout connect 2s
-    timeout client 60s
-    timeout server 30s
-    timeout http-request 10s
-    timeout http-keep-alive 120s
-
-frontend bench
-    bind 127.0.0.1:$HAPROXY_PORT
-    default_backend origin
-$HAPROXY_H2C_FRONTEND
-
-backend origin
-    server origin 127.0.0.1:$ORIGIN_PORT
-EOF
-
-# The idle-h1 part holds more connections than the others allow: nginx and
-# HAProxy get a copy of their configuration sized for them (not used
-# elsewhere: nginx allocates its worker_connections up front, which would
-# inflate its peak RSS in the other parts). HAProxy wants two descriptors
-# per connection it may hold (client and server side) and by default
-# (strict-limits) refuses to start below that; idle client connections
-# hold no server connection, so one each is enough: "no strict-limits"
-# lets it start with a warning where the hard limit is lower.
-WIDE_CONNS=$((IDLE_H1_CONNS + 1024))
-sed "s/worker_connections 4096;/worker_connections $WIDE_CONNS;/" "$WORK/nginx/nginx.conf" >"$WORK/nginx/nginx-wide.conf"
-sed -e "s/maxconn 4096$/maxconn $WIDE_CONNS/" -e 's/^    nbthread 1$/&\n    no strict-limits/' \
-	"$WORK/haproxy/haproxy.cfg" >"$WORK/haproxy/haproxy-wide.cfg"
 
 # start_proxy NAME VARIANT: start it pinned to CPU 0 and check that it
 # answers as the variant needs (HTTP/1.1 bodies; h2c; gRPC calls).
@@ -821,16 +557,6 @@ peak_rss_kb() {
 # Load
 # ---------------------------------------------------------------------------
 
-# to_us VALUE: a wrk duration (12.00us, 1.23ms, 2.00s, 1.00m) in µs.
-to_us() {
-	awk -v v="$1" 'BEGIN {
-		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-		m = (u == "us") ? 1 : (u == "ms") ? 1e3 : (u == "s") ? 1e6 : (u == "m") ? 6e7 : (u == "h") ? 3.6e9 : -1
-		if (m < 0) { print "NaN"; exit }
-		printf "%.1f", n * m
-	}'
-}
-
 # target_port VARIANT TARGET: the port the variant's load goes to.
 target_port() {
 	case ${V_KIND[$1]} in
@@ -864,68 +590,6 @@ run_load() {
 	[[ $p != ebb-log ]] || : >"$WORK/ebb-log/access.log"
 	timeout --kill-after=5 $((dur + 30)) taskset -c "$LOAD_CPU" "${cmd[@]}" >"$out" 2>&1 ||
 		{ cat "$out" >&2; die "${cmd[0]##*/} failed against $p (${V_LABEL[$v]})"; }
-}
-
-# Every parse_* prints "rps requests p50_us p99_us non2xx errors".
-
-# parse_wrk FILE
-parse_wrk() {
-	local f=$1 rps reqs p50 p99 non2xx sockerr
-	rps=$(awk '/^Requests\/sec:/ { print $2 }' "$f")
-	reqs=$(awk '/ requests in / { print $1 }' "$f")
-	p50=$(awk '$1 == "50%" { print $2 }' "$f")
-	p99=$(awk '$1 == "99%" { print $2 }' "$f")
-	non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$f")
-	# "Socket errors: connect 0, read 0, write 0, timeout 0"
-	sockerr=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' "$f")
-	[[ -n $rps && -n $reqs && -n $p50 && -n $p99 ]] || { cat "$f" >&2; die "cannot parse wrk output $f"; }
-	echo "$rps $reqs $(to_us "$p50") $(to_us "$p99") ${non2xx:-0} ${sockerr:-0}"
-}
-
-# parse_h2load FILE: the summary in FILE, the percentiles from FILE.log
-# (tab-separated: start time, status, µs to the end of the response),
-# which is then removed (it is large).
-parse_h2load() {
-	local f=$1 rps reqs non2xx errs pct
-	# "finished in 5.00s, 41234.20 req/s, 3.12MB/s"
-	rps=$(awk '/^finished in/ { print $4 }' "$f")
-	# "requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout"
-	reqs=$(awk '/^requests:/ { print $6 + 0 }' "$f")
-	errs=$(awk '/^requests:/ { print $12 + $14 }' "$f")
-	# "status codes: N 2xx, N 3xx, N 4xx, N 5xx"
-	non2xx=$(awk '/^status codes:/ { print $5 + $7 + $9 }' "$f")
-	[[ -n $rps && -n $reqs && -n $errs && -n $non2xx && -s $f.log ]] || { cat "$f" >&2; die "cannot parse h2load output $f"; }
-	[[ $reqs -gt 0 ]] || { cat "$f" >&2; die "h2load completed no request ($f)"; }
-	pct=$(cut -f3 "$f.log" | sort -n | awk '{ a[NR] = $1 } END {
-		i = int(0.50 * NR + 0.5); j = int(0.99 * NR + 0.5)
-		printf "%.1f %.1f", a[i < 1 ? 1 : i], a[j < 1 ? 1 : j] }')
-	rm -f "$f.log"
-	echo "$rps $reqs $pct $non2xx $errs"
-}
-
-# parse_grpc FILE: "requests=N errors=N seconds=S rps=R p50_us=P p99_us=P mean_us=M"
-parse_grpc() {
-	local f=$1 line
-	line=$(grep -E '^requests=' "$f" | tail -n 1) || { cat "$f" >&2; die "cannot parse grpc-bench output $f"; }
-	awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); m[kv[1]] = kv[2] }
-		print m["rps"], m["requests"], m["p50_us"], m["p99_us"], 0, m["errors"] }' <<<"$line"
-}
-
-# parse_load VARIANT FILE
-parse_load() {
-	case ${V_KIND[$1]} in
-	wrk) parse_wrk "$2" ;;
-	h2load) parse_h2load "$2" ;;
-	grpc) parse_grpc "$2" ;;
-	esac
-}
-
-# median: the median of the numbers on stdin, one per line.
-median() {
-	sort -g | awk '{ a[NR] = $1 } END {
-		if (NR == 0) { print "NaN"; exit }
-		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2
-	}'
 }
 
 # Variants: kind (load generator), path, connections (or calls in
@@ -989,10 +653,20 @@ if has_part grpc; then
 	done
 fi
 
-RUNS=$WORK/runs.tsv # one line per measured run
-printf 'variant\tround\tproxy\trps\trequests\tcpu_ticks\tcpu_us_per_req\tp50_us\tp99_us\tnon2xx\tsocket_errors\tcpu0_other_pct\n' >"$RUNS"
-declare -A RSS=() # variant,proxy -> VmHWM kB
-ERRORS=()         # runs with non-2xx responses or errors
+# What the run measures, in its order, for the report.
+{
+	printf 'variant\tkind\tlabel\ttargets\n'
+	for v in "${VARIANTS[@]}"; do printf '%s\t%s\t%s\t%s\n' "$v" "${V_KIND[$v]}" "${V_LABEL[$v]}" "${V_TARGETS[$v]}"; done
+} >"$WORK/variants.tsv"
+# The run's figures, as bench/harness report reads them: runs.tsv, one
+# line per measured run, and slowloris.tsv, per attack (both written by
+# bench/harness); rss.tsv, each proxy's peak RSS after a variant;
+# idle.tsv, VmRSS before and with the idle connections; errors.txt, what
+# went wrong (non-2xx responses, errors, connections not held).
+printf 'variant\tproxy\tpeak_rss_kb\n' >"$WORK/rss.tsv"
+printf 'part\tproxy\tvmrss_before_kb\tvmrss_after_kb\n' >"$WORK/idle.tsv"
+ERRORS=$WORK/errors.txt
+: >"$ERRORS"
 
 # steal_ticks: CPU time the hypervisor took from this machine, all CPUs
 # (field 9 of the "cpu" line of /proc/stat). A virtual machine with much
@@ -1043,33 +717,25 @@ profile_ebb() {
 	log "  profile summary: $PROFILE_FILE"
 }
 
+# log_lines: log each line of stdin.
+log_lines() {
+	local l
+	while IFS= read -r l; do log "  $l"; done
+}
+
 # measure_run VARIANT ROUND TARGET: one measured run of the variant's load
-# against TARGET, its figures appended to runs.tsv.
+# against TARGET, its figures appended to runs.tsv by bench/harness.
 measure_run() {
-	local v=$1 r=$2 p=$3 out t0 t1 c0 c1 res rps reqs p50 p99 non2xx errs ticks cpu_us other
+	local v=$1 r=$2 p=$3 out t0 t1 c0 c1 res
 	out=$WORK/load-$v-$p-$r.txt
 	t0=$(cpu_ticks "$p")
 	c0=$(cpu0_ticks)
 	run_load "$v" "$p" "$out" "$DURATION"
 	t1=$(cpu_ticks "$p")
 	c1=$(cpu0_ticks)
-	res=$(parse_load "$v" "$out")
-	read -r rps reqs p50 p99 non2xx errs <<<"$res"
-	ticks=$((t1 - t0))
-	if [[ $p == direct ]]; then
-		cpu_us=NaN
-	else
-		cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
-	fi
-	other=$(awk -v o="$((c1 - c0 - ticks))" -v hz="$CLK_TCK" -v d="$DURATION" \
-		'BEGIN { if (o < 0) o = 0; printf "%.1f", 100 * o / hz / d }')
-	printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-		"$v" "$((r + 1))" "$p" "$rps" "$reqs" "$ticks" "$cpu_us" "$p50" "$p99" "$non2xx" "$errs" "$other" >>"$RUNS"
-	log "  round $((r + 1))/$ROUNDS $p: $rps req/s, $cpu_us µs CPU/req, p50 ${p50} µs, p99 ${p99} µs, others on CPU $PROXY_CPU: ${other}%"
-	if [[ $non2xx != 0 || $errs != 0 ]]; then
-		ERRORS+=("$v round $((r + 1)) $p: $non2xx non-2xx responses, $errs errors")
-		log "  WARNING: $p: $non2xx non-2xx responses, $errs errors (output: $out)"
-	fi
+	res=$("$HARNESS" measure -variant "$v" -round $((r + 1)) -proxy "$p" -kind "${V_KIND[$v]}" -out "$out" \
+		-ticks $((t1 - t0)) -cpu0-ticks $((c1 - c0))) || die "cannot parse the output of $v against $p: $out"
+	log_lines <<<"$res"
 }
 
 start_origin
@@ -1081,8 +747,7 @@ log "calibration: wrk straight to the origin (${DURATION}s)"
 timeout --kill-after=5 $((DURATION + 30)) taskset -c "$PROXY_CPU" \
 	wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$ORIGIN_PORT/" >"$WORK/calibration.txt" 2>&1 ||
 	{ cat "$WORK/calibration.txt" >&2; die "wrk failed against the origin"; }
-CALIB_RPS=$(awk '/^Requests\/sec:/ { printf "%.0f", $2 }' "$WORK/calibration.txt")
-log "  origin direct: $CALIB_RPS req/s"
+log "  origin direct: $(sed -n 's/^Requests\/sec: *//p' "$WORK/calibration.txt") req/s"
 
 for v in "${VARIANTS[@]}"; do
 	log "variant $v: ${V_LABEL[$v]}"
@@ -1106,7 +771,7 @@ for v in "${VARIANTS[@]}"; do
 	done
 	for p in "${TARGETS[@]}"; do
 		[[ $p != direct ]] || continue
-		RSS[$v,$p]=$(peak_rss_kb "$p")
+		printf '%s\t%s\t%s\n' "$v" "$p" "$(peak_rss_kb "$p")" >>"$WORK/rss.tsv"
 	done
 	if [[ $PROFILE == 1 && $v == h2c && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
 		profile_ebb "$v"
@@ -1120,8 +785,6 @@ stop_sinks
 # request each and then stay open (idle: IDLE_CONNS over h2c; idle-h1:
 # IDLE_H1_CONNS over HTTP/1.1 keep-alive); what they cost is the growth of
 # its VmRSS (nginx: the worker's).
-declare -A IDLE_BEFORE=() IDLE_AFTER=() # part,proxy -> VmRSS kB
-
 # vmrss_kb PID
 vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
@@ -1130,10 +793,10 @@ vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 # VmRSS before and with them, then check that the proxy still held every
 # one of them.
 measure_idle() {
-	local part=$1 p=$2 proto=$3 port=$4 n=$5 w out i held
+	local part=$1 p=$2 proto=$3 port=$4 n=$5 w out i held before after
 	start_proxy "$p" "$part"
 	w=$(worker_pid "$p")
-	IDLE_BEFORE[$part,$p]=$(vmrss_kb "$w")
+	before=$(vmrss_kb "$w")
 	out=$WORK/$part-$p.txt
 	# -hold is a bound: stop_pid below ends the hold.
 	timeout --kill-after=5 300 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" -proto "$proto" \
@@ -1141,12 +804,13 @@ measure_idle() {
 	PID[idle-load]=$!
 	await_ready idle-load "$out" 120 || { cat "$out" >&2; die "idle-h2 could not open $n $proto connections to $p"; }
 	sleep 1 # let the proxy finish with the last answers
-	IDLE_AFTER[$part,$p]=$(vmrss_kb "$w")
+	after=$(vmrss_kb "$w")
 	stop_pid idle-load # on SIGTERM idle-h2 counts the connections still open, then closes them
-	held=$(awk '$1 == "alive" { print $2 }' "$out")
-	log "  $p: VmRSS ${IDLE_BEFORE[$part,$p]} kB, then ${IDLE_AFTER[$part,$p]} kB; ${held:-?} of $n connections still open at the end"
+	printf '%s\t%s\t%s\t%s\n' "$part" "$p" "$before" "$after" >>"$WORK/idle.tsv"
+	held=$(sed -n 's/^alive \([0-9]*\).*/\1/p' "$out")
+	log "  $p: VmRSS $before kB, then $after kB; ${held:-?} of $n connections still open at the end"
 	if [[ $held != "$n" ]]; then
-		ERRORS+=("$part $p: ${held:-?} of $n idle connections were still open after the measurement (it undercounts)")
+		echo "$part $p: ${held:-?} of $n idle connections were still open after the measurement (it undercounts)" >>"$ERRORS"
 	fi
 	stop_pid "$p"
 }
@@ -1179,12 +843,10 @@ fi
 # (slow-attack); the attack lasts SLOW_HOLD seconds from its start, and its
 # summary says how many connections the proxy still held at the end.
 SLOW_TARGETS=()
-SLOW=$WORK/slowloris.tsv # one line per attack
-printf 'round\tproxy\topened\topen\theads_open\tbodies_open\theads_cut_p50_s\tbodies_cut_p50_s\tanswers\n' >"$SLOW"
 
 # slow_attack ROUND PROXY
 slow_attack() {
-	local r=$1 p=$2 out i opened line
+	local r=$1 p=$2 out i opened res
 	out=$WORK/slowloris-$p-$r.txt
 	timeout --kill-after=5 $((SLOW_HOLD + 30)) taskset -c "$LOAD_CPU" "$WORK/bin/slowloris" \
 		-target "127.0.0.1:${PORT[$p]}" -conns "$SLOW_CONNS" -duration "${SLOW_HOLD}s" -path /slow >"$out" 2>&1 &
@@ -1192,18 +854,13 @@ slow_attack() {
 	await_ready slowloris "$out" 30 || { cat "$out" >&2; die "slowloris did not get going against $p"; }
 	opened=$(sed -n 's/^ready opened=\([0-9]*\).*/\1/p' "$out")
 	if [[ $opened != "$SLOW_CONNS" ]]; then
-		ERRORS+=("slowloris round $((r + 1)) $p: ${opened:-?} of $SLOW_CONNS attack connections opened")
+		echo "slowloris round $((r + 1)) $p: ${opened:-?} of $SLOW_CONNS attack connections opened" >>"$ERRORS"
 	fi
 	measure_run slow-attack "$r" "$p"
 	wait "${PID[slowloris]}" || { cat "$out" >&2; die "slowloris failed against $p"; }
 	unset "PID[slowloris]"
-	line=$(grep '^conns=' "$out") || { cat "$out" >&2; die "cannot parse slowloris output $out"; }
-	awk -v r="$((r + 1))" -v p="$p" '{
-		for (i = 1; i <= NF; i++) { split($i, kv, "="); m[kv[1]] = kv[2] }
-		printf "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r, p, m["headers"] + m["bodies"], m["open"],
-			m["headers_open"], m["bodies_open"], m["headers_cut_p50_s"], m["bodies_cut_p50_s"], m["answers"]
-	}' <<<"$line" >>"$SLOW"
-	log "  $p under attack: $(tail -n 1 "$SLOW" | awk -F'\t' '{ printf "%d of %d slow connections open after %s s (heads %d, bodies %d); cut after %s s (heads), %s s (bodies) at the median; answers %s", $4, $3, s, $5, $6, $7, $8, $9 }' s="$SLOW_HOLD")"
+	res=$("$HARNESS" attack -round $((r + 1)) -proxy "$p" -out "$out") || die "cannot parse slowloris output $out"
+	log_lines <<<"$res"
 }
 
 if has_part slowloris; then
@@ -1239,226 +896,24 @@ fi
 
 STEAL=$(awk -v s="$(($(steal_ticks) - STEAL0))" -v hz="$CLK_TCK" -v t="$(($(date +%s) - T0))" -v n="$(nproc --all)" \
 	'BEGIN { printf "%.1f%%", (t > 0) ? 100 * s / hz / (t * n) : 0 }')
-
-# Other processes' share of the proxy's CPU over the measured runs.
-OTHER_MED=$(awk -F'\t' 'NR > 1 { print $12 }' "$RUNS" | median)
-OTHER_MAX=$(awk -F'\t' 'NR > 1 && $12 > m { m = $12 } END { print m + 0 }' "$RUNS")
+# What the report's header says of the machine and the tools. (wrk -v
+# exits 1.)
+export STEAL REPORT_DATE GO_VERSION NGINX_VERSION WRK_VERSION HAPROXY_VERSION="" H2LOAD_VERSION="" GRPC_VERSION="" \
+	NCPU CPU_MODEL KERNEL EBB_COMMIT EBB_DIRTY PROFILE_FILE
+REPORT_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+GO_VERSION=$(go version | awk '{ print $3 }')
+NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
+WRK_VERSION=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')
+if has_proxy haproxy; then HAPROXY_VERSION=$(haproxy -v | awk 'NR == 1 { print $3 }'); fi
+if has_part h2c; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
+if has_part grpc; then
+	GRPC_VERSION=$(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')
+fi
+NCPU=$(nproc --all)
+CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+KERNEL=$(uname -r)
 
 REPORT=$BENCH_DIR/results/$STAMP.md
-
-# col VARIANT PROXY COLUMN: the median of one column of runs.tsv.
-col() {
-	awk -F'\t' -v v="$1" -v p="$2" -v c="$3" '
-		NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
-		$1 == v && $3 == p { print $k }' "$RUNS" | median
-}
-
-# has_target VARIANT TARGET
-has_target() { [[ " ${V_TARGETS[$1]:-} " == *" $2 "* ]]; }
-
-# ratio A B: A/B to two decimals, "–" if B is missing.
-ratio() { awk -v a="$1" -v b="${2:-}" 'BEGIN { if (b == "" || b + 0 == 0) print "–"; else printf "%.2f", a / b }'; }
-
-# fmt_us µs: 123.4 -> "123 µs", 1234.5 -> "1.23 ms".
-fmt_us() { awk -v x="$1" 'BEGIN { if (x >= 1000) printf "%.2f ms", x / 1000; else printf "%.0f µs", x }'; }
-
-# fmt_rss VARIANT PROXY: peak RSS in MiB, "–" for direct.
-fmt_rss() {
-	local k=${RSS[$1,$2]:-}
-	if [[ -z $k ]]; then echo "–"; else awk -v k="$k" 'BEGIN { printf "%.1f MiB", k / 1024 }'; fi
-}
-
-# slow_col PROXY COLUMN: the median of a column of slowloris.tsv, NaN
-# (nothing cut) left out.
-slow_col() {
-	awk -F'\t' -v p="$1" -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
-		$2 == p && $k != "NaN" { print $k }' "$SLOW" | median
-}
-
-# fmt_s SECONDS: "10.2 s", "–" for NaN.
-fmt_s() { awk -v x="$1" 'BEGIN { if (x == "NaN") print "–"; else printf "%.1f s", x }'; }
-
-# headline VARIANT: ebb's ratios against nginx and HAProxy (and fasthttp-bare).
-headline() {
-	local v=$1 o name
-	for o in nginx haproxy fasthttp base; do
-		has_target "$v" "$o" || continue
-		case $o in nginx) name=nginx ;; haproxy) name=HAProxy ;; fasthttp) name=fasthttp-bare ;; base) name="base ($BASE_COMMIT)" ;; esac
-		# µs CPU/req: above 1, ebb costs more.
-		echo "ebb/$name: $(ratio "$(col "$v" ebb rps)" "$(col "$v" "$o" rps)") in req/s, $(ratio "$(col "$v" ebb cpu_us_per_req)" "$(col "$v" "$o" cpu_us_per_req)") in µs CPU/req  "
-	done
-	local k what
-	for k in "${EBB_KINDS[@]}"; do
-		has_target "$v" "$k" || continue
-		case $k in ebb-log) what="the access log's cost" ;; ebb-trace100) what="tracing at 100 %" ;; ebb-trace1) what="tracing at 1 %" ;; esac
-		echo "$k/ebb ($what): $(ratio "$(col "$v" "$k" rps)" "$(col "$v" ebb rps)") in req/s, $(ratio "$(col "$v" "$k" cpu_us_per_req)" "$(col "$v" ebb cpu_us_per_req)") in µs CPU/req  "
-	done
-}
-
-ORIGINS="nginx"
-has_part grpc && ORIGINS+="; the gRPC server for gRPC"
-LOADGENS="\`taskset -c $LOAD_CPU wrk -t1\`"
-has_part h2c && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS\` and \`-c$H2_WIDE_CONNS -m1\`"
-has_part h2tls && LOADGENS+=", \`h2load -t1 -c$H2_CONNS -m$H2_STREAMS https://\`"
-if has_part idle || has_part idle-h1; then LOADGENS+=", bench/idle-h2"; fi
-has_part slowloris && LOADGENS+=", bench/slowloris"
-has_part grpc && LOADGENS+=", the gRPC client"
-{
-	echo "# ebb benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo
-	echo "- ebb $EBB_COMMIT$EBB_DIRTY, $(go version | awk '{ print $3 }')"
-	has_proxy base && echo "- base: ebb built from $BASE ($BASE_COMMIT)"
-	# (wrk -v exits 1.)
-	tools="$(nginx -v 2>&1 | sed 's/^nginx version: //'), wrk $({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')"
-	has_proxy haproxy && tools+=", HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }')"
-	has_part h2c && tools+=", h2load $(h2load --version | awk '{ print $2 }')"
-	has_part grpc && tools+=", grpc-go $(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')"
-	echo "- $tools"
-	echo "- $(nproc --all) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r)"
-	echo "- proxy on CPU $PROXY_CPU; origin ($ORIGINS) and $LOADGENS on CPU $LOAD_CPU"
-	echo "- parts: $PARTS_RUN; ${DURATION}s per run, $ROUNDS interleaved rounds, ${WARMUP}s warm-up; figures are medians over rounds"
-	if [[ $OTHER_MED != NaN ]]; then
-		echo "- other processes on CPU $PROXY_CPU during the measured runs: median $OTHER_MED%, max $OTHER_MAX%"
-	fi
-	if awk -v m="$OTHER_MAX" 'BEGIN { exit !(m > 5) }'; then
-		echo "- **warning: the machine was not quiet; req/s and latency are disturbed (µs CPU/req less so)**"
-	fi
-	echo "- calibration, wrk straight to the origin ($SMALL_BYTES B, $CONNS conns, wrk on CPU $PROXY_CPU): $CALIB_RPS req/s; CPU steal during the run: $STEAL"
-	echo "- µs CPU/req: the proxy's utime+stime during the run over the requests completed; peak RSS: VmHWM (nginx: worker) after the variant"
-	for v in "${VARIANTS[@]}"; do
-		echo
-		echo "## ${V_LABEL[$v]}"
-		echo
-		if [[ ${V_KIND[$v]} == grpc ]]; then
-			echo "| path | calls/s | vs direct | µs CPU/call | p50 | p99 | peak RSS |"
-			echo "|---|---:|---:|---:|---:|---:|---:|"
-			dir=$(col "$v" direct rps)
-			for p in direct ebb nginx haproxy; do
-				has_target "$v" "$p" || continue
-				cpu=$(col "$v" "$p" cpu_us_per_req)
-				[[ $p == direct ]] && cpu="–" || cpu=$(printf '%.2f' "$cpu")
-				printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' \
-					"$([[ $p == direct ]] && echo direct || echo "through $p")" "$(col "$v" "$p" rps)" \
-					"$(ratio "$(col "$v" "$p" rps)" "$dir")" "$cpu" \
-					"$(fmt_us "$(col "$v" "$p" p50_us)")" "$(fmt_us "$(col "$v" "$p" p99_us)")" "$(fmt_rss "$v" "$p")"
-			done
-			echo
-			for p in ebb nginx haproxy; do
-				has_target "$v" "$p" || continue
-				awk -v p="$p" -v a="$(col "$v" "$p" p50_us)" -v b="$(col "$v" direct p50_us)" \
-					-v c="$(col "$v" "$p" p99_us)" -v d="$(col "$v" direct p99_us)" \
-					'BEGIN { printf "%s adds %+.0f µs at p50, %+.0f µs at p99.  \n", p, a - b, c - d }'
-			done
-			continue
-		fi
-		echo "| proxy | req/s | vs nginx | vs HAProxy | µs CPU/req | p50 | p99 | peak RSS |"
-		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-		ngx=""
-		hap=""
-		if has_target "$v" nginx; then ngx=$(col "$v" nginx rps); fi
-		if has_target "$v" haproxy; then hap=$(col "$v" haproxy rps); fi
-		read -r -a TARGETS <<<"${V_TARGETS[$v]}"
-		for p in "${TARGETS[@]}"; do
-			rps=$(col "$v" "$p" rps)
-			printf '| %s | %.0f | %s | %s | %.2f | %s | %s | %s |\n' \
-				"$p" "$rps" "$(ratio "$rps" "$ngx")" "$(ratio "$rps" "$hap")" \
-				"$(col "$v" "$p" cpu_us_per_req)" "$(fmt_us "$(col "$v" "$p" p50_us)")" \
-				"$(fmt_us "$(col "$v" "$p" p99_us)")" "$(fmt_rss "$v" "$p")"
-		done
-	done
-	if has_proxy ebb; then
-		if has_part h1; then
-			echo
-			echo "## Headline, ${V_LABEL[small]}"
-			echo
-			headline small
-		fi
-		for v in h2c h2c-wide h2tls; do
-			[[ -n ${V_LABEL[$v]:-} ]] || continue
-			echo
-			echo "## Headline, ${V_LABEL[$v]}"
-			echo
-			headline "$v"
-		done
-		if [[ -n $PROFILE_FILE ]]; then
-			echo
-			echo "ebb's CPU and allocation profile under the h2c load: \`results/$(basename "$PROFILE_FILE")\`."
-		fi
-	fi
-	if ((${#SPANS[@]} > 0)); then
-		echo
-		echo "## Spans exported"
-		echo
-		echo "A sampled request makes two spans (server, client). The batch span processor drops what its queue has no room for."
-		echo
-		for p in ebb-trace100 ebb-trace1; do
-			[[ -n ${SPANS[$p]:-} ]] || continue
-			reqs=$(awk -F'\t' -v p="$p" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "requests") k = i; next }
-				$3 == p { n += $k } END { printf "%d", n }' "$RUNS")
-			echo "- $p: ${SPANS[$p]} spans reached bench/otlp-sink over all its runs (warm-ups and checks included), for $reqs requests in its measured runs"
-		done
-	fi
-	for part in idle idle-h1; do
-		if [[ $part == idle ]]; then
-			targets=("${IDLE_TARGETS[@]}") n=$IDLE_CONNS
-			title="Memory per idle HTTP/2 connection, $IDLE_CONNS connections (bench/idle-h2)"
-		else
-			targets=("${IDLE_H1_TARGETS[@]}") n=$IDLE_H1_CONNS
-			title="Memory per idle HTTP/1.1 keep-alive connection, $IDLE_H1_CONNS connections (bench/idle-h2 -proto h1)"
-		fi
-		((${#targets[@]} > 0)) || continue
-		echo
-		echo "## $title"
-		echo
-		echo "| proxy | VmRSS before | with the connections | per connection |"
-		echo "|---|---:|---:|---:|"
-		for p in "${targets[@]}"; do
-			awk -v p="$p" -v a="${IDLE_BEFORE[$part,$p]}" -v b="${IDLE_AFTER[$part,$p]}" -v n="$n" \
-				'BEGIN { printf "| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", p, a / 1024, b / 1024, (b - a) / n }'
-		done
-	done
-	if ((${#SLOW_TARGETS[@]} > 0)); then
-		echo
-		echo "## Slowloris: $SLOW_CONNS slow connections for ${SLOW_HOLD}s, a client at $SLOW_CLIENT_CONNS connections (bench/slowloris, wrk)"
-		echo
-		echo "Half the slow connections send a request head a header line every 5 s and never end it, half a POST body (Content-Length: 65536) a byte a second. The client's latency alone, then during the attack's first ${DURATION}s; the slow connections the proxy still held when the attack ended (of those opened), and when it cut the others (median, seconds after they opened)."
-		echo
-		echo "| proxy | req/s alone | req/s attacked | p99 alone | p99 attacked | slow conns open at ${SLOW_HOLD}s | heads cut after | bodies cut after | answers to the attack (last round) |"
-		echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
-		for p in "${SLOW_TARGETS[@]}"; do
-			printf '| %s | %.0f | %.0f | %s | %s | %s of %s | %s | %s | %s |\n' "$p" \
-				"$(col slow-base "$p" rps)" "$(col slow-attack "$p" rps)" \
-				"$(fmt_us "$(col slow-base "$p" p99_us)")" "$(fmt_us "$(col slow-attack "$p" p99_us)")" \
-				"$(slow_col "$p" open)" "$(slow_col "$p" opened)" \
-				"$(fmt_s "$(slow_col "$p" heads_cut_p50_s)")" "$(fmt_s "$(slow_col "$p" bodies_cut_p50_s)")" \
-				"$(awk -F'\t' -v p="$p" '$2 == p { a = $9 } END { gsub(",", ", ", a); print a }' "$SLOW")"
-		done
-	fi
-	echo
-	echo "## Errors"
-	echo
-	if ((${#ERRORS[@]} == 0)); then
-		echo "The load generators reported no non-2xx responses and no errors."
-	else
-		for e in "${ERRORS[@]}"; do echo "- $e"; done
-	fi
-	if (($(wc -l <"$RUNS") > 1)); then
-		echo
-		echo "## Raw runs"
-		echo
-		echo '```'
-		column -t -s $'\t' "$RUNS" 2>/dev/null || cat "$RUNS"
-		echo '```'
-	fi
-	if ((${#SLOW_TARGETS[@]} > 0)); then
-		echo
-		echo "Slowloris attacks (open: slow connections still open at the end; cut times: medians, seconds after they opened):"
-		echo
-		echo '```'
-		column -t -s $'\t' "$SLOW" 2>/dev/null || cat "$SLOW"
-		echo '```'
-	fi
-} >"$REPORT"
-
+"$HARNESS" report >"$REPORT" || die "bench/harness could not write the report"
 cat "$REPORT"
 log "report written to $REPORT"

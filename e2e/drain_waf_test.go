@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/bench/peers"
 )
 
 // Drain scenario (c), nginx as a WAF in front of two replicas. The
@@ -29,34 +31,19 @@ func wafOrigin(name string) http.Handler {
 	})
 }
 
-// wafHTTPBlock is nginx's http block for the WAF: one upstream group
-// listing servers with a keep-alive pool, HTTP/1.1 to the upstreams, and
-// nginx's defaults for proxy_next_upstream (error timeout: a POST already
-// sent is not retried, so any error ebb causes is a 502 at the client).
-func wafHTTPBlock(servers ...string) func(listen string) string {
-	return func(listen string) string {
-		var list strings.Builder
-		for _, s := range servers {
-			fmt.Fprintf(&list, "        server %s;\n", s)
+// wafNginx is nginx as the WAF: one upstream group listing servers with
+// a keep-alive pool, HTTP/1.1 to the upstreams, and nginx's defaults for
+// proxy_next_upstream (error timeout: a POST already sent is not retried,
+// so any error ebb causes is a 502 at the client). Bodies stay in memory
+// (nginx sends a body spooled to a temporary file with a ~40ms
+// delayed-ACK stall per request, which would only slow the load down).
+func wafNginx(servers ...string) func(listen string) peers.Nginx {
+	return func(listen string) peers.Nginx {
+		return peers.Nginx{
+			KeepaliveTimeout: 60 * time.Second, KeepaliveRequests: 1000000, BodyBuffer: 64 << 10,
+			Upstreams: []peers.Upstream{{Name: "replicas", Servers: servers, Keepalive: 16, KeepaliveRequests: 1000000}},
+			Servers:   []peers.Server{{Listen: listen, Locations: []peers.Location{{Match: "/", Pass: "replicas"}}}},
 		}
-		// client_body_buffer_size: bodies stay in memory (nginx sends a
-		// body spooled to a temporary file with a ~40ms delayed-ACK stall
-		// per request, which would only slow the load down).
-		return fmt.Sprintf(`    keepalive_timeout 60s;
-    keepalive_requests 1000000;
-    client_body_buffer_size 64k;
-    upstream replicas {
-%s        keepalive 16;
-        keepalive_requests 1000000;
-    }
-    server {
-        listen %s;
-        location / {
-            proxy_pass http://replicas;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
-    }`, list.String(), listen)
 	}
 }
 
@@ -146,7 +133,7 @@ func TestDrainWAF(t *testing.T) {
 		t.Parallel()
 		a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
 		b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
-		ng := startNginx(t, wafHTTPBlock(a.addr("public"), b.addr("public")))
+		ng := startNginx(t, wafNginx(a.addr("public"), b.addr("public")))
 		load := startWAFLoad(t, ng.addr)
 		awaitWAFWarm(t, load, ng)
 
@@ -199,7 +186,7 @@ func TestDrainWAF(t *testing.T) {
 		}
 		a := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("A")))))
 		b := startEbb(t, replica(hostPort(newOrigin(t, wafOrigin("B")))))
-		ng := startNginx(t, wafHTTPBlock(a.addr("public"), b.addr("public")))
+		ng := startNginx(t, wafNginx(a.addr("public"), b.addr("public")))
 		load := startWAFLoad(t, ng.addr)
 		awaitWAFWarm(t, load, ng)
 
@@ -237,7 +224,7 @@ func TestDrainWAF(t *testing.T) {
 			a := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("A")))))
 			b := startEbb(t, wafReplicaYAML(hostPort(newOrigin(t, wafOrigin("B")))))
 			v := newVIP(t, a.addr("public"), b.addr("public"))
-			ng := startNginx(t, wafHTTPBlock(v.Addr()))
+			ng := startNginx(t, wafNginx(v.Addr()))
 			load := startWAFLoad(t, ng.addr)
 			awaitWAFWarm(t, load, ng)
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ebb-proxy/ebb/bench/peers"
 )
 
 // nginxProc is an nginx started by a test: a master process in the
@@ -39,11 +40,12 @@ func nginxPath(t *testing.T) string {
 	return tool(t, "nginx")
 }
 
-// startNginx starts nginx with a configuration whose http block holds
-// httpBlock(listen), listen being the address to put in the server's
-// listen directive. nginx is stopped (SIGQUIT, then SIGKILL of its process
+// startNginx starts nginx with the configuration site(listen) describes,
+// listen being the address to put in the server's listen directive;
+// startNginx sets the process's part (its directory, error log and
+// worker's user). nginx is stopped (SIGQUIT, then SIGKILL of its process
 // group past stopTimeout) at cleanup.
-func startNginx(t *testing.T, httpBlock func(listen string) string) *nginxProc {
+func startNginx(t *testing.T, site func(listen string) peers.Nginx) *nginxProc {
 	t.Helper()
 	bin := nginxPath(t)
 	dir := t.TempDir()
@@ -59,31 +61,19 @@ func startNginx(t *testing.T, httpBlock func(listen string) string) *nginxProc {
 	defer f.Close() // nginx has its own copy once started
 	n := &nginxProc{t: t, addr: ln.Addr().String(), errLog: filepath.Join(dir, "error.log"), done: make(chan struct{})}
 
+	conf := site(n.addr)
+	conf.Dir, conf.TempDir, conf.ErrorLog, conf.ErrorLevel, conf.WorkerConnections = dir, dir, n.errLog, "notice", 1024
 	// Run as root, the master would start its worker as nobody, which
 	// cannot enter the test's temporary directory (mode 0700).
-	user := ""
 	if os.Geteuid() == 0 {
-		user = "user root;"
+		conf.User = "root"
 	}
-	conf := fmt.Sprintf(`%s
-daemon off;
-master_process on;
-worker_processes 1;
-pid %[2]s/nginx.pid;
-error_log %[3]s notice;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-%[4]s
-}
-`, user, dir, n.errLog, httpBlock(n.addr))
+	text, err := conf.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+	if err := os.WriteFile(path, text, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-p", dir, "-e", n.errLog, "-c", path)

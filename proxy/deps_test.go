@@ -42,6 +42,7 @@ var layers = map[string]int{
 	"bench/idle-h2":             0,
 	"bench/latseries":           0,
 	"bench/otlp-sink":           0,
+	"bench/peers":               0,
 	"bench/slowloris":           0,
 	"e2e":                       0, // tests only
 	"docs":                      0, // tests only: the links of the guide
@@ -55,6 +56,7 @@ var layers = map[string]int{
 	"proxy/tracing":            1,
 	"examples/load":            1,
 	"examples/rolling-restart": 1,
+	"bench/harness":            1,
 	// What stands on them: the drain, on the connections it drains.
 	"drain":                2,
 	"drain/takeover":       2,

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ebb-proxy/ebb/bench/peers"
 )
 
 // peerStopTimeout bounds nginx's and HAProxy's graceful stops
@@ -202,38 +204,18 @@ func startNginx(bin, dir, name string, origins []string) (*replica, error) {
 	if err := os.MkdirAll(filepath.Join(prefix, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	var servers strings.Builder
-	for _, o := range origins {
-		fmt.Fprintf(&servers, "    server %s;\n", o)
+	pass := []peers.Location{{Match: "/", Pass: "origins", WebSocket: true}}
+	cfg, err := peers.Nginx{
+		Dir: prefix, TempDir: prefix, ErrorLog: "stderr", ErrorLevel: "notice",
+		WorkerConnections: 1024, WorkerShutdownTimeout: peerStopTimeout,
+		Upstreams: []peers.Upstream{{Name: "origins", Servers: origins, Keepalive: 32}},
+		Servers:   []peers.Server{{Listen: h1, Locations: pass}, {Listen: h2, Proto: peers.H2C, Locations: pass}},
+	}.Render()
+	if err != nil {
+		return nil, err
 	}
-	proxy := "location / { proxy_pass http://origins; proxy_http_version 1.1; " +
-		"proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; }"
-	cfg := fmt.Sprintf(`daemon off;
-master_process on;
-worker_processes 1;
-worker_shutdown_timeout %[6]dms;
-pid %[1]s/nginx.pid;
-error_log stderr notice;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  # WebSockets: Upgrade passed on; otherwise no Connection header, for
-  # the upstream keep-alive.
-  map $http_upgrade $connection_upgrade { default upgrade; "" ""; }
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  upstream origins {
-%[2]s    keepalive 32;
-  }
-  server { listen %[3]s; %[5]s }
-  server { listen %[4]s http2; %[5]s }
-}
-`, prefix, servers.String(), h1, h2, proxy, peerStopTimeout.Milliseconds())
 	path := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
 		return nil, err
 	}
 	r := &replica{name: name, h1: h1, h2: h2, cmd: exec.Command(bin, "-p", prefix, "-c", path), stop: syscall.SIGQUIT, ready: make(chan struct{})}
@@ -254,29 +236,21 @@ func startHAProxy(bin, dir, name string, origins []string) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	var servers strings.Builder
+	servers := make([]peers.BackendServer, len(origins))
 	for i, o := range origins {
-		fmt.Fprintf(&servers, "  server o%d %s\n", i, o)
+		servers[i] = peers.BackendServer{Name: fmt.Sprintf("o%d", i), Addr: o}
 	}
-	cfg := fmt.Sprintf(`global
-  maxconn 4096
-  hard-stop-after %dms
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 30s
-  timeout server 30s
-  timeout http-keep-alive 30s
-frontend fe
-  bind %s
-  bind %s proto h2
-  default_backend origins
-backend origins
-  balance roundrobin
-  http-reuse always
-%s`, peerStopTimeout.Milliseconds(), h1, h2, servers.String())
+	cfg, err := peers.HAProxy{
+		GlobalMaxConn: 4096, HardStopAfter: peerStopTimeout, ReuseAlways: true,
+		Timeouts:  peers.Timeouts{Connect: 2 * time.Second, Client: 30 * time.Second, Server: 30 * time.Second, HTTPKeepAlive: 30 * time.Second},
+		Frontends: []peers.Frontend{{Name: "fe", Binds: []peers.Bind{{Addr: h1}, {Addr: h2, Proto: peers.H2C}}, Backend: "origins"}},
+		Backends:  []peers.Backend{{Name: "origins", Balance: "roundrobin", Servers: servers}},
+	}.Render()
+	if err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, name+".cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
 		return nil, err
 	}
 	r := &replica{name: name, h1: h1, h2: h2, cmd: exec.Command(bin, "-db", "-f", path), stop: syscall.SIGUSR1, ready: make(chan struct{})}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // Drain scenario (d), the watched application exits. The helpers the
@@ -244,24 +246,24 @@ clusters:
 
 		// Keep-alive load: 3 workers, each over its own connection, every
 		// answer "app\n"; warm once each could have sent 5.
-		load := startLoad(t, loadSpec{addr: e.addr("public"), kinds: []clientKind{goHTTP1PerWorker}, workers: 3,
-			request: func(int, int, bool) loadRequest {
-				return loadRequest{method: http.MethodGet, path: "/", want: "app\n"}
+		load := startLoad(t, loadSpec{addr: e.addr("public"), kinds: []loadgen.Kind{loadgen.GoHTTP1PerWorker}, workers: 3,
+			request: func(int, int, bool) loadgen.Request {
+				return loadgen.Request{Method: http.MethodGet, Path: "/", Want: "app\n"}
 			},
 			warmOK: 15, limit: stopTimeout})
-		recv(t, load.warm, "the load to start")
+		recv(t, load.Warm(), "the load to start")
 		trigger := time.Now()
 		e.signal(syscall.SIGTERM)
 		// Clients keep coming for the announce window, then move away.
 		holdUntil(t, trigger.Add(scnDelay), nil, "")
-		load.stop()
+		load.Stop()
 		exitAt := awaitExit(t, e, "ebb to exit")
 		code := e.exit()
-		res := load.results()
-		t.Logf("%d requests answered; ebb exited at T+%s", res.ok, exitAt.Sub(trigger).Round(time.Millisecond))
-		if len(res.fails) > 0 {
+		res := load.Results()
+		t.Logf("%d requests answered; ebb exited at T+%s", res.OK, exitAt.Sub(trigger).Round(time.Millisecond))
+		if len(res.Fails) > 0 {
 			t.Errorf("%d requests failed in the announce window, want 0; first:\n%s\nebb's log:\n%s",
-				len(res.fails), formatFailures(res.fails, trigger, 8), e.logs())
+				len(res.Fails), formatFailures(res.Fails, trigger, 8), e.logs())
 		}
 		if code != 0 {
 			t.Errorf("exit status %d, want 0", code)

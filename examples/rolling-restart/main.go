@@ -41,7 +41,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ebb-proxy/ebb/examples/internal/loadgen"
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 	"github.com/ebb-proxy/ebb/examples/vip"
 )
 
@@ -200,12 +200,16 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (o
 	// The load: keep-alive HTTP/1.1 and HTTP/2 clients, as services
 	// calling services do, and new HTTP/1.1 clients, each with one request
 	// on a new connection, as browsers and short-lived jobs arrive.
-	l := loadgen.Start([]loadgen.Kind{
-		{Name: "HTTP/1.1 keep-alive", Workers: 4, URL: "http://" + v1.Addr(), KeepAlive: true},
-		{Name: "HTTP/2 keep-alive", Workers: 4, URL: "http://" + v2.Addr(), H2C: true, KeepAlive: true},
-		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.Addr()},
-	})
-	defer l.Stop()
+	l, err := loadgen.Start(loadgen.Spec{Abandon: true, Groups: []loadgen.Group{
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive", loadgen.GoConfig{}), Addr: v1.Addr(), Workers: 4, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/2 keep-alive", loadgen.GoConfig{HTTP2: true}), Addr: v2.Addr(), Workers: 4, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/1.1 new connections", loadgen.GoConfig{NoKeepAlive: true}), Addr: v1.Addr(), Workers: 2,
+			Request: loadgen.Greeting},
+	}})
+	if err != nil {
+		return outcome{}, err
+	}
+	defer l.Close()
 	// And WebSockets, held open as a chat's clients hold them, through
 	// the HTTP/1.1 VIP.
 	ws := startWS("ws://"+v1.Addr(), wsClients)

@@ -37,8 +37,8 @@ var layers = map[string]int{
 	"examples/origin":     0,
 	"examples/vip":        0,
 	"examples/loadgen":    0,
+	"examples/grpcecho":   0,
 	"bench/fasthttp-bare": 0,
-	"bench/grpc-bench":    0,
 	"bench/idle-h2":       0,
 	"bench/latseries":     0,
 	"bench/otlp-sink":     0,
@@ -51,6 +51,7 @@ var layers = map[string]int{
 	"proxy/headers":            1,
 	"proxy/tracing":            1,
 	"examples/load":            1,
+	"bench/grpc-bench":         1,
 	"examples/rolling-restart": 1,
 	// What stands on them.
 	"drain/takeover":       2,

@@ -34,7 +34,7 @@ var layers = map[string]int{
 	"proxy/events":        0,
 	"proxy/pace":          0,
 	"proxy/paths":         0,
-	"examples/origin":     0,
+	"examples/echo":       0,
 	"examples/vip":        0,
 	"examples/loadgen":    0,
 	"examples/grpcecho":   0,
@@ -51,6 +51,7 @@ var layers = map[string]int{
 	"proxy/headers":            1,
 	"proxy/tracing":            1,
 	"examples/load":            1,
+	"examples/origin":          1,
 	"bench/grpc-bench":         1,
 	"examples/rolling-restart": 1,
 	// What stands on them.
@@ -88,7 +89,7 @@ var allowed = map[string][]string{
 var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
 	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
 
-var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "examples/rolling-restart", "bench/fasthttp-bare", "bench/grpc-bench"}
+var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "examples/echo", "examples/rolling-restart", "bench/fasthttp-bare", "bench/grpc-bench"}
 
 type listedPackage struct {
 	ImportPath string

@@ -1,31 +1,24 @@
 package loadgen
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/echo"
 )
 
 // TestLoad sends every kind of client, keep-alive workers and arrivals,
-// to an origin answering as examples/origin does, and checks that every
+// to examples/origin's application, and checks that every
 // request was answered, counted by kind, and that the report says so.
 func TestLoad(t *testing.T) {
+	greeter := echo.Handler("test")
 	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Replica", "A")
-		switch {
-		case r.Method == http.MethodGet && r.URL.Path == "/":
-			fmt.Fprintf(w, "hello from test (%s %s)\n", r.Method, r.URL.Path)
-		case r.Method == http.MethodPost && r.URL.Path == "/echo":
-			// HTTP/1: the body past the first write needs full duplex.
-			http.NewResponseController(w).EnableFullDuplex()
-			io.Copy(w, r.Body)
-		default:
-			http.Error(w, "unexpected", http.StatusNotFound)
-		}
+		greeter.ServeHTTP(w, r)
 	}))
 	origin.Config.Protocols = new(http.Protocols)
 	origin.Config.Protocols.SetHTTP1(true)

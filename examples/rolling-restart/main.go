@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ebb-proxy/ebb/examples/echo"
 	"github.com/ebb-proxy/ebb/examples/loadgen"
 	"github.com/ebb-proxy/ebb/examples/vip"
 )
@@ -374,20 +375,20 @@ func choosePeers(list string) ([]peer, error) {
 	return out, nil
 }
 
-// startOrigins starts n origins on loopback; each answers any GET with
-// a greeting naming itself, and echoes the messages of WebSockets opened
-// on /ws.
+// startOrigins starts n origins on loopback; each answers as
+// examples/origin does, naming itself, and echoes the messages of
+// WebSockets opened on /ws.
 func startOrigins(n int) ([]string, func(), error) {
 	var addrs []string
 	var srvs []*http.Server
 	var serving sync.WaitGroup
-	var ws wsOrigin
+	var ws echo.WebSockets
 	stop := func() {
 		for _, s := range srvs {
 			s.Close()
 		}
 		serving.Wait()
-		ws.close() // Close leaves hijacked connections alone
+		ws.Close() // Close leaves hijacked connections alone
 	}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -397,10 +398,8 @@ func startOrigins(n int) ([]string, func(), error) {
 		}
 		name := fmt.Sprintf("origin-%d", i+1)
 		mux := http.NewServeMux()
-		mux.HandleFunc("/ws", ws.serve)
-		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-			io.WriteString(w, "hello from "+name+"\n")
-		})
+		mux.Handle("/ws", &ws)
+		mux.Handle("/", echo.Handler(name))
 		s := &http.Server{Handler: mux}
 		srvs = append(srvs, s)
 		serving.Go(func() { s.Serve(ln) })

@@ -51,14 +51,19 @@ func vipReplicaYAML(origin string) string {
 `, vipDelay, vipSpread, vipQuiet, vipTimeout)
 }
 
-// startVIPReplicaB starts the replica that stays: A's configuration, but
-// without a minimum drain duration, so that its own drain at cleanup (once
-// the VIP and the clients are gone) ends at once instead of adding
-// delay + spread to every scenario. Until then it behaves as A does.
-func startVIPReplicaB(t *testing.T, yaml string) *ebbProc {
+// startVIPReplicas starts replicas A and B of one mixedOrigin (closing
+// every connection if originCloses) behind a VIP. B is the replica that
+// stays: A's configuration, but without a minimum drain duration, so that
+// its own drain at cleanup (once the VIP and the clients are gone) ends at
+// once instead of adding delay + spread to every scenario. Until then it
+// behaves as A does.
+func startVIPReplicas(t *testing.T, originCloses bool) (a, b *ebbProc, v *vip.VIP) {
 	t.Helper()
+	yaml := vipReplicaYAML(hostPort(newOrigin(t, mixedOrigin(originCloses))))
+	a = startEbb(t, yaml)
 	path := writeConfig(t, yaml)
-	return startEbbArgs(t, path, "run", "-config", path, "-set", "drain.min_duration=0s")
+	b = startEbbArgs(t, path, "run", "-config", path, "-set", "drain.min_duration=0s")
+	return a, b, newVIP(t, a.addr("public"), b.addr("public"))
 }
 
 // TestDrainVIP is DRAIN.md's test of the promise: two replicas behind a
@@ -92,12 +97,8 @@ func runVIPMatrix(t *testing.T, originCloses bool) {
 }
 
 func runVIPDrain(t *testing.T, kind loadgen.Kind, removal time.Duration, originCloses bool) {
-	origin := newOrigin(t, mixedOrigin(originCloses))
-	yaml := vipReplicaYAML(hostPort(origin))
-	a := startEbb(t, yaml)
-	b := startVIPReplicaB(t, yaml)
+	a, b, v := startVIPReplicas(t, originCloses)
 	addrA, addrB := a.addr("public"), b.addr("public")
-	v := newVIP(t, addrA, addrB)
 	// The load: keep-alive workers sharing one long-lived client of kind,
 	// and the arrivals. Its own bound: the whole drain, with room to spare.
 	load := startLoad(t, loadSpec{addr: v.Addr(), kinds: []loadgen.Kind{kind}, workers: vipWorkers,
@@ -238,12 +239,8 @@ func runVIPDrain(t *testing.T, kind loadgen.Kind, removal time.Duration, originC
 // after min_duration, not when the header timeout (10s) ends it.
 func TestDrainVIPSilentConnection(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, mixedOrigin(false))
-	yaml := vipReplicaYAML(hostPort(origin))
-	a := startEbb(t, yaml)
-	b := startVIPReplicaB(t, yaml)
+	a, b, v := startVIPReplicas(t, false)
 	addrA, addrB := a.addr("public"), b.addr("public")
-	v := newVIP(t, addrA, addrB)
 
 	// The VIP's first connection goes to A.
 	silent := rawConn(t, v.Addr())

@@ -242,25 +242,9 @@ func TestStaleUpstreamConnection(t *testing.T) {
 // allowed and busy, a second request waits timeouts.connect and gets 503.
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	inHandler := make(chan struct{}, 1)
-	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			inHandler <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
+	origin, hold := gatedOrigin(t, "/hold", func(w http.ResponseWriter, r *http.Request, _ bool) {
 		io.WriteString(w, "done "+r.URL.Path)
-	}))
-	var once atomic.Bool
-	releaseOnce := func() {
-		if once.CompareAndSwap(false, true) {
-			close(release)
-		}
-	}
-	t.Cleanup(releaseOnce)
+	})
 	e := startEbb(t, oneClusterYAML(hostPort(origin), nil, []string{"max_conns_per_endpoint: 1", "timeouts: { connect: 300ms }"}))
 	client := newClient(t)
 
@@ -280,7 +264,7 @@ func TestConnectionLimit(t *testing.T) {
 		resp.Body.Close()
 		held <- result{resp.StatusCode, string(b), err}
 	}()
-	recv(t, inHandler, "the first request to reach the origin")
+	recv(t, hold.arrived, "the first request to reach the origin")
 
 	start := time.Now()
 	status, body, _ := get(t, client, e.url("public", "/second"))
@@ -291,7 +275,7 @@ func TestConnectionLimit(t *testing.T) {
 	if took < 300*time.Millisecond || took > 5*time.Second {
 		t.Errorf("the 503 came after %s; timeouts.connect is 300ms", took)
 	}
-	releaseOnce()
+	hold.open()
 	if r := recv(t, held, "the held request"); r.err != nil || r.status != 200 || r.body != "done /hold" {
 		t.Fatalf("held request: %d %q %v", r.status, r.body, r.err)
 	}

@@ -205,24 +205,7 @@ func TestDrainInFlight(t *testing.T) {
 			// the in-flight connection has had its close signal.
 			e := startEbb(t, singleClusterYAML(hostPort(origin))+"drain: { spread: 0s }\n")
 
-			type result struct {
-				status int
-				body   string
-				close  bool
-				err    error
-			}
-			done := make(chan result, 1)
-			client := newClient(t)
-			go func() {
-				resp, err := client.Get(e.url("public", "/slow"))
-				if err != nil {
-					done <- result{err: err}
-					return
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				done <- result{resp.StatusCode, string(b), resp.Close, err}
-			}()
+			done := getHeld(t, newClient(t), e.url("public", "/slow"), 0)
 			recv(t, held.arrived, "the request to reach the origin")
 
 			e.signal(syscall.SIGTERM)

@@ -248,22 +248,7 @@ func TestConnectionLimit(t *testing.T) {
 	e := startEbb(t, oneClusterYAML(hostPort(origin), nil, []string{"max_conns_per_endpoint: 1", "timeouts: { connect: 300ms }"}))
 	client := newClient(t)
 
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	held := make(chan result, 1)
-	go func() {
-		resp, err := client.Get(e.url("public", "/hold"))
-		if err != nil {
-			held <- result{err: err}
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		held <- result{resp.StatusCode, string(b), err}
-	}()
+	held := getHeld(t, client, e.url("public", "/hold"), 0)
 	recv(t, hold.arrived, "the first request to reach the origin")
 
 	start := time.Now()

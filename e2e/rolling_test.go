@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,8 +59,8 @@ func runRollingRestart(t *testing.T, protocol string) {
 		newRollingBackend(t, "b0", h2c), newRollingBackend(t, "b1", h2c), newRollingBackend(t, "b2", h2c),
 	}
 	eps := filepath.Join(t.TempDir(), "eps.yaml")
-	writeEndpointFile(t, eps, backends)
-	e := startEbb(t, rollingYAML(eps, protocol))
+	writeBackendFile(t, eps, backends)
+	e := startEbb(t, fileClusterYAML(eps, protocol))
 	load := startRollingLoad(t, e.addr("public"))
 	for _, b := range backends {
 		recv(t, b.enough, fmt.Sprintf("backend %s to serve %d requests", b.name, rollingEnough))
@@ -70,14 +69,14 @@ func runRollingRestart(t *testing.T, protocol string) {
 	t0 := time.Now()
 	var replacements []*rollingBackend
 	for i, old := range backends {
-		writeEndpointFile(t, eps, slices.Delete(slices.Clone(backends), i, i+1))
+		writeBackendFile(t, eps, slices.Delete(slices.Clone(backends), i, i+1))
 		awaitEndpoint(t, e, old.addr, false)
 		removed := time.Since(t0)
 		handlers, conns := old.shutdown(t)
 		repl := newRollingBackend(t, old.name+"'", h2c)
 		backends[i] = repl
 		replacements = append(replacements, repl)
-		writeEndpointFile(t, eps, backends)
+		writeBackendFile(t, eps, backends)
 		awaitEndpoint(t, e, repl.addr, true)
 		t.Logf("T+%v: %s (%s) left discovery; shut down with %d requests in its handlers and %d connections open; T+%v: stopped after serving %d; T+%v: %s (%s) joined",
 			removed.Round(time.Millisecond), old.name, old.addr, handlers, conns, old.stoppedAt.Sub(t0).Round(time.Millisecond),
@@ -120,8 +119,8 @@ func TestBackendKilled(t *testing.T) {
 		newRollingBackend(t, "b0", false), newRollingBackend(t, "b1", false), newRollingBackend(t, "b2", false),
 	}
 	eps := filepath.Join(t.TempDir(), "eps.yaml")
-	writeEndpointFile(t, eps, backends)
-	e := startEbb(t, rollingYAML(eps, "http1"))
+	writeBackendFile(t, eps, backends)
+	e := startEbb(t, fileClusterYAML(eps, "http1"))
 	load := startRollingLoad(t, e.addr("public"))
 	for _, b := range backends {
 		recv(t, b.enough, fmt.Sprintf("backend %s to serve %d requests", b.name, rollingEnough))
@@ -187,37 +186,15 @@ func TestBackendKilled(t *testing.T) {
 	checkEveryKindSent(t, load)
 }
 
-// rollingYAML is ebb's configuration: one listener to one cluster whose
-// endpoints are listed in the file eps.
-func rollingYAML(eps, protocol string) string {
-	return fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    protocol: %s
-    discovery: { file: %q }
-`, protocol, eps)
-}
-
-// writeEndpointFile lists the backends' addresses in path, replacing it
-// with a rename as configuration management does.
-func writeEndpointFile(t *testing.T, path string, backends []*rollingBackend) {
+// writeBackendFile lists the backends' addresses in the endpoint file
+// path (writeEndpointFile).
+func writeBackendFile(t *testing.T, path string, backends []*rollingBackend) {
 	t.Helper()
-	var b strings.Builder
-	for _, be := range backends {
-		fmt.Fprintf(&b, "- %s\n", be.addr)
+	var addrs []string
+	for _, b := range backends {
+		addrs = append(addrs, b.addr)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	writeEndpointFile(t, path, addrs...)
 }
 
 // awaitEndpoint polls ebb's /endpoints until the cluster app lists addr

@@ -130,26 +130,12 @@ func runVIPDrain(t *testing.T, kind loadgen.Kind, removal time.Duration, originC
 			t.Fatalf("replica A has not exited %s after SIGTERM; its log:\n%s", vipTimeout+5*time.Second, a.logs())
 		}
 	}
-	okAtExit, _ := load.Counts()
-	tail, stopTail := after(vipTail)
-	<-tail
-	stopTail()
-	load.Stop()
-
 	// The client's view: every request answered 200 with its body.
-	res := load.Results()
-	requests, ok, errs := res.Requests, res.OK, len(res.Fails)
-	if errs != 0 {
-		t.Errorf("%d of %d requests failed (T = SIGTERM to replica A, removed from the VIP at T+%s, exited at T+%s); the first:\n%s",
-			errs, requests, removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond), formatFailures(res.Fails, trigger, 20))
-	}
-	if ok+errs != requests || ok == 0 {
-		t.Errorf("counts: %d requests, %d answered correctly, %d errors", requests, ok, errs)
-	}
-	if ok == okAtExit {
-		t.Errorf("no request answered after replica A exited: replica B did not take the load")
-	}
-	checkStrictPools(t, load)
+	res := stopLoadAfterExit(t, load, vipTail, trigger,
+		fmt.Sprintf("SIGTERM to replica A, removed from the VIP at T+%s, exited at T+%s",
+			removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond)),
+		"no request answered after replica A exited: replica B did not take the load")
+	requests, errs := res.Requests, len(res.Fails)
 
 	// The VIP's view: no connection refused, A's all ended.
 	sa, sb := v.Stat(addrA), v.Stat(addrB)

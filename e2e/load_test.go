@@ -89,6 +89,34 @@ func mixedOrigin(closeEach bool) http.Handler {
 	})
 }
 
+// stopLoadAfterExit lets l run tail longer, once an ebb has exited, then
+// stops it and checks that no request failed (the failures shown with
+// their times from T = trigger, which when says), that every request was
+// answered or failed, that some were answered in the tail (else noTail is
+// the error), and the strict clients' pools (checkStrictPools). It
+// returns what the load saw.
+func stopLoadAfterExit(t *testing.T, l *loadgen.Load, tail time.Duration, trigger time.Time, when, noTail string) loadgen.Results {
+	t.Helper()
+	okAtExit, _ := l.Counts()
+	wait, stop := after(tail)
+	<-wait
+	stop()
+	l.Stop()
+	res := l.Results()
+	if len(res.Fails) != 0 {
+		t.Errorf("%d of %d requests failed (T = %s); the first:\n%s",
+			len(res.Fails), res.Requests, when, formatFailures(res.Fails, trigger, 20))
+	}
+	if res.OK+len(res.Fails) != res.Requests || res.OK == 0 {
+		t.Errorf("counts: %d requests, %d answered correctly, %d errors", res.Requests, res.OK, len(res.Fails))
+	}
+	if res.OK == okAtExit {
+		t.Error(noTail)
+	}
+	checkStrictPools(t, l)
+	return res
+}
+
 // checkEveryKindSent fails the test if a client kind of l sent no GET or
 // no POST: the scenario would not have tested it.
 func checkEveryKindSent(t *testing.T, l *loadgen.Load) {

@@ -52,24 +52,9 @@ func startTakeoverLoad(t *testing.T, addr string) *loadgen.Load {
 // successor served after that exit.
 func checkTakeoverLoad(t *testing.T, l *loadgen.Load, trigger time.Time) {
 	t.Helper()
-	okAtExit, _ := l.Counts()
-	tail, stop := after(takeoverTail)
-	<-tail
-	stop()
-	l.Stop()
-	res := l.Results()
-	if len(res.Fails) != 0 {
-		t.Errorf("%d of %d requests failed (T = start of the successor); the first:\n%s",
-			len(res.Fails), res.Requests, formatFailures(res.Fails, trigger, 20))
-	}
-	if res.OK+len(res.Fails) != res.Requests || res.OK == 0 {
-		t.Errorf("counts: %d requests, %d answered correctly, %d errors", res.Requests, res.OK, len(res.Fails))
-	}
-	if ok, _ := l.Counts(); ok == okAtExit {
-		t.Error("no request answered after the old ebb exited: the successor did not serve")
-	}
+	stopLoadAfterExit(t, l, takeoverTail, trigger, "start of the successor",
+		"no request answered after the old ebb exited: the successor did not serve")
 	checkEveryKindSent(t, l)
-	checkStrictPools(t, l)
 }
 
 // checkDrainedExit checks that the old ebb exited 0, drained, having

@@ -70,10 +70,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	began := time.Now()
-	keepAlive := loadgen.GoConfig{}
 	l, err := loadgen.Start(loadgen.Spec{Abandon: true, Groups: []loadgen.Group{
-		{Kind: loadgen.Go("HTTP/1.1 keep-alive GET", keepAlive), Addr: u.Host, Workers: *workers, Request: loadgen.Greeting},
-		{Kind: loadgen.Go("HTTP/1.1 keep-alive POST", keepAlive), Addr: u.Host, Workers: *workers, Request: loadgen.Echo()},
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive GET", loadgen.GoConfig{}), Addr: u.Host, Workers: *workers, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive POST", loadgen.GoConfig{}), Addr: u.Host, Workers: *workers, Request: loadgen.Echo()},
 		{Kind: loadgen.Go("HTTP/1.1 new connections", loadgen.GoConfig{NoKeepAlive: true}), Addr: u.Host, Workers: *workers,
 			Request: loadgen.Greeting},
 	}})

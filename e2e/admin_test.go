@@ -195,48 +195,18 @@ func TestDrainInFlight(t *testing.T) {
 			name = "second signal forces"
 		}
 		t.Run(name, func(t *testing.T) {
-			release := make(chan struct{})
-			arrived := make(chan struct{}, 1)
-			origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				arrived <- struct{}{}
-				select {
-				case <-release:
+			origin, held := gatedOrigin(t, "", func(w http.ResponseWriter, _ *http.Request, opened bool) {
+				if opened {
 					io.WriteString(w, "finished\n")
-				case <-r.Context().Done():
 				}
-			}))
-			released := false
-			releaseOnce := func() {
-				if !released {
-					released = true
-					close(release)
-				}
-			}
-			t.Cleanup(releaseOnce)
+			})
 			// spread: 0s signals every connection at the trigger, all
 			// before the wait phase begins, so that the test knows when
 			// the in-flight connection has had its close signal.
 			e := startEbb(t, singleClusterYAML(hostPort(origin))+"drain: { spread: 0s }\n")
 
-			type result struct {
-				status int
-				body   string
-				close  bool
-				err    error
-			}
-			done := make(chan result, 1)
-			client := newClient(t)
-			go func() {
-				resp, err := client.Get(e.url("public", "/slow"))
-				if err != nil {
-					done <- result{err: err}
-					return
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				done <- result{resp.StatusCode, string(b), resp.Close, err}
-			}()
-			recv(t, arrived, "the request to reach the origin")
+			done := getHeld(t, newClient(t), e.url("public", "/slow"), 0)
+			recv(t, held.arrived, "the request to reach the origin")
 
 			e.signal(syscall.SIGTERM)
 			status, body := pollReady(t, e)
@@ -262,7 +232,7 @@ func TestDrainInFlight(t *testing.T) {
 					t.Fatalf("/ready during the drain: %d %q, want 503", status, body)
 				}
 			}
-			releaseOnce()
+			held.open()
 			r := recv(t, done, "the request in flight to complete")
 			if r.err != nil || r.status != 200 || r.body != "finished\n" {
 				t.Fatalf("request in flight: %d %q %v; want 200 \"finished\\n\"", r.status, r.body, r.err)

@@ -6,9 +6,43 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
+
+// fileClusterYAML is ebb's configuration: one listener to one cluster of
+// protocol whose endpoints are listed in the file eps.
+func fileClusterYAML(eps, protocol string) string {
+	return fmt.Sprintf(`
+admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    routes: [{ cluster: app }]
+clusters:
+  - name: app
+    protocol: %s
+    discovery: { file: %q }
+`, protocol, eps)
+}
+
+// writeEndpointFile lists addrs in the endpoint file path, replacing it
+// with a rename as configuration management does.
+func writeEndpointFile(t *testing.T, path string, addrs ...string) {
+	t.Helper()
+	var b strings.Builder
+	for _, addr := range addrs {
+		fmt.Fprintf(&b, "- %s\n", addr)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestFileDiscovery moves a cluster from one origin to another by
 // rewriting its endpoint file (an atomic rename, as editors and
@@ -22,31 +56,13 @@ func TestFileDiscovery(t *testing.T) {
 	a, b := newOrigin(t, named("a")), newOrigin(t, named("b"))
 	dir := t.TempDir()
 	eps := filepath.Join(dir, "eps.yaml")
-	writeEndpoints := func(addr string) {
-		tmp := eps + ".tmp"
-		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("- %s\n", addr)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, eps); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeEndpoints(hostPort(a))
-	e := startEbb(t, fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    discovery: { file: %q }
-`, eps))
+	writeEndpointFile(t, eps, hostPort(a))
+	e := startEbb(t, fileClusterYAML(eps, "http1"))
 	c := newClient(t)
 	if code, body, _ := get(t, c, e.url("public", "/")); code != 200 || string(body) != "a" {
 		t.Fatalf("before the change: %d %q", code, body)
 	}
-	writeEndpoints(hostPort(b))
+	writeEndpointFile(t, eps, hostPort(b))
 	// The watcher delivers the change within moments; every request on the
 	// way must succeed, from a or from b.
 	deadline := time.Now().Add(10 * time.Second)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // Drain scenario (d), the watched application exits. The helpers the
@@ -40,33 +42,24 @@ func buildScenarioApp(t *testing.T) string {
 type appControl struct {
 	url      string
 	up       chan int      // the app's pid, once it listens
-	arrived  chan struct{} // a /hold request reached the app
+	hold     *gate         // the app's /hold requests wait here
 	stopping chan struct{} // the app closed its port on SIGTERM
-	release  chan struct{} // closed by releaseHold to let /hold answer
-	once     sync.Once
 }
 
-// releaseHold lets the held requests answer; safe to call twice.
-func (c *appControl) releaseHold() { c.once.Do(func() { close(c.release) }) }
-
 func newAppControl(t *testing.T) *appControl {
-	c := &appControl{up: make(chan int, 1), arrived: make(chan struct{}, 1), stopping: make(chan struct{}, 1), release: make(chan struct{})}
+	c := &appControl{up: make(chan int, 1), hold: newGate(), stopping: make(chan struct{}, 1)}
 	srv := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/up":
 			pid, _ := strconv.Atoi(r.URL.Query().Get("pid"))
 			c.up <- pid
 		case "/hold":
-			c.arrived <- struct{}{}
-			select {
-			case <-c.release:
-			case <-r.Context().Done():
-			}
+			c.hold.wait(r.Context())
 		case "/stopping":
 			c.stopping <- struct{}{}
 		}
 	}))
-	t.Cleanup(c.releaseHold)
+	t.Cleanup(c.hold.open)
 	c.url = srv.URL
 	return c
 }
@@ -96,6 +89,20 @@ func reservePort(t *testing.T) (addr string, release func()) {
 	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port), release
 }
 
+// startEbbRunApp starts "ebb run -config F -- APP", APP being appBin on a
+// port of its own with a new appControl, and waits for the app to listen;
+// it returns ebb, the app's control and its pid.
+func startEbbRunApp(t *testing.T, appBin string) (*ebbProc, *appControl, int) {
+	t.Helper()
+	ctl := newAppControl(t)
+	addr, releasePort := reservePort(t)
+	path := writeConfig(t, singleClusterYAML(addr)+scenarioDrain(10*time.Second))
+	e := startEbbArgs(t, path, "run", "-config", path, "--", appBin, "-addr", addr, "-ctl", ctl.url)
+	pid := recv(t, ctl.up, "the app to start")
+	releasePort()
+	return e, ctl, pid
+}
+
 // TestDrainAppGone makes the watched application exit with a request in
 // flight through ebb; ebb's drain starts with cause "application gone" and
 // ebb exits 0 (app gone) within 1 s after that request's response
@@ -117,18 +124,13 @@ func TestDrainAppGone(t *testing.T) {
 
 	t.Run("child", func(t *testing.T) {
 		t.Parallel()
-		ctl := newAppControl(t)
-		addr, releasePort := reservePort(t)
-		path := writeConfig(t, singleClusterYAML(addr)+scenarioDrain(10*time.Second))
-		e := startEbbArgs(t, path, "run", "-config", path, "--", appBin, "-addr", addr, "-ctl", ctl.url)
-		pid := recv(t, ctl.up, "the app to start")
-		releasePort()
+		e, ctl, pid := startEbbRunApp(t, appBin)
 		client := newClient(t)
 		if status, body, _ := get(t, client, e.url("public", "/")); status != 200 || string(body) != "app\n" {
 			t.Fatalf("GET / through ebb: %d %q, want 200 \"app\\n\"", status, body)
 		}
 		held := getHeld(t, client, e.url("public", "/hold"), 0)
-		recv(t, ctl.arrived, "the request to reach the app")
+		recv(t, ctl.hold.arrived, "the request to reach the app")
 
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatalf("signalling the app (pid %d): %v", pid, err)
@@ -140,7 +142,7 @@ func TestDrainAppGone(t *testing.T) {
 		if status, _, _ := get(t, adminClient, e.adminURL("/ready")); status != 200 {
 			t.Errorf("/ready %d while the app is still running, want 200", status)
 		}
-		ctl.releaseHold()
+		ctl.hold.open()
 		r := recv(t, held, "the held request to finish")
 		want := fmt.Sprintf("held, then answered by pid %d\n", pid)
 		if r.err != nil || r.status != 200 || r.body != want {
@@ -152,19 +154,11 @@ func TestDrainAppGone(t *testing.T) {
 	t.Run("pid_file", func(t *testing.T) {
 		t.Parallel()
 		ctl := newAppControl(t)
-		extRelease := make(chan struct{})
-		extArrived := make(chan struct{}, 1)
-		ext := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			extArrived <- struct{}{}
-			select {
-			case <-extRelease:
+		ext, extHold := gatedOrigin(t, "", func(w http.ResponseWriter, _ *http.Request, opened bool) {
+			if opened {
 				io.WriteString(w, "ext finished\n")
-			case <-r.Context().Done():
 			}
-		}))
-		var extOnce sync.Once
-		releaseExt := func() { extOnce.Do(func() { close(extRelease) }) }
-		t.Cleanup(releaseExt)
+		})
 
 		addr, releasePort := reservePort(t)
 		app := exec.Command(appBin, "-addr", addr, "-ctl", ctl.url)
@@ -210,7 +204,7 @@ clusters:
 			t.Fatalf("GET / through ebb: %d %q, want 200 \"app\\n\"", status, body)
 		}
 		held := getHeld(t, newClient(t), e.url("public", "/ext/slow"), 0)
-		recv(t, extArrived, "the request to reach the other cluster")
+		recv(t, extHold.arrived, "the request to reach the other cluster")
 
 		if err := app.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -225,7 +219,7 @@ clusters:
 		}
 		// The app is gone but a request is in flight: ebb must wait.
 		holdUntil(t, time.Now().Add(300*time.Millisecond), e.done, "ebb exited with a request in flight")
-		releaseExt()
+		extHold.open()
 		r := recv(t, held, "the held request to finish")
 		if r.err != nil || r.status != 200 || r.body != "ext finished\n" {
 			t.Fatalf("held request: %d %q %v; want 200 \"ext finished\\n\"", r.status, r.body, r.err)
@@ -235,33 +229,28 @@ clusters:
 
 	t.Run("child_ebb_signalled", func(t *testing.T) {
 		t.Parallel()
-		ctl := newAppControl(t)
-		addr, releasePort := reservePort(t)
-		path := writeConfig(t, singleClusterYAML(addr)+scenarioDrain(10*time.Second))
-		e := startEbbArgs(t, path, "run", "-config", path, "--", appBin, "-addr", addr, "-ctl", ctl.url)
-		recv(t, ctl.up, "the app to start")
-		releasePort()
+		e, _, _ := startEbbRunApp(t, appBin)
 
 		// Keep-alive load: 3 workers, each over its own connection, every
 		// answer "app\n"; warm once each could have sent 5.
-		load := startLoad(t, loadSpec{addr: e.addr("public"), kinds: []clientKind{goHTTP1PerWorker}, workers: 3,
-			request: func(int, int, bool) loadRequest {
-				return loadRequest{method: http.MethodGet, path: "/", want: "app\n"}
+		load := startLoad(t, loadSpec{addr: e.addr("public"), kinds: []loadgen.Kind{loadgen.GoHTTP1PerWorker}, workers: 3,
+			request: func(int, int, bool) loadgen.Request {
+				return loadgen.Request{Method: http.MethodGet, Path: "/", Want: "app\n"}
 			},
 			warmOK: 15, limit: stopTimeout})
-		recv(t, load.warm, "the load to start")
+		recv(t, load.Warm(), "the load to start")
 		trigger := time.Now()
 		e.signal(syscall.SIGTERM)
 		// Clients keep coming for the announce window, then move away.
 		holdUntil(t, trigger.Add(scnDelay), nil, "")
-		load.stop()
+		load.Stop()
 		exitAt := awaitExit(t, e, "ebb to exit")
 		code := e.exit()
-		res := load.results()
-		t.Logf("%d requests answered; ebb exited at T+%s", res.ok, exitAt.Sub(trigger).Round(time.Millisecond))
-		if len(res.fails) > 0 {
+		res := load.Results()
+		t.Logf("%d requests answered; ebb exited at T+%s", res.OK, exitAt.Sub(trigger).Round(time.Millisecond))
+		if len(res.Fails) > 0 {
 			t.Errorf("%d requests failed in the announce window, want 0; first:\n%s\nebb's log:\n%s",
-				len(res.fails), formatFailures(res.fails, trigger, 8), e.logs())
+				len(res.Fails), formatFailures(res.Fails, trigger, 8), e.logs())
 		}
 		if code != 0 {
 			t.Errorf("exit status %d, want 0", code)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/admin"
 	"github.com/ebb-proxy/ebb/drain"
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // progressSeen is what a client of /drain/progress read, once the stream
@@ -93,9 +94,9 @@ func TestDrainReport(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "drain.html")
 	e := startEbb(t, singleClusterYAML(hostPort(origin))+scenarioDrain(15*time.Second,
 		"  http2: { goaway_grace: 300ms }", fmt.Sprintf("  report: %q", report)))
-	l := startLoad(t, loadSpec{addr: e.addr("public"), kinds: clientKinds, workers: 3,
+	l := startLoad(t, loadSpec{addr: e.addr("public"), kinds: loadgen.Kinds, workers: 3,
 		request: mixedRequest, warmOK: 150, limit: time.Minute})
-	recv(t, l.warm, "the load to warm up")
+	recv(t, l.Warm(), "the load to warm up")
 
 	wait, seen := followProgress(t, e.adminURL("/drain/progress"))
 	var out bytes.Buffer
@@ -107,7 +108,7 @@ func TestDrainReport(t *testing.T) {
 	cliDone := make(chan error, 1)
 	go func() { cliDone <- cli.Wait() }()
 	recv(t, wait, "the drain's wait phase on the progress stream")
-	l.stop()
+	l.Stop()
 	if err := recv(t, cliDone, "ebb drain -wait to return"); err != nil {
 		t.Fatalf("ebb drain -wait: %v; its output:\n%s", err, out.String())
 	}
@@ -116,9 +117,9 @@ func TestDrainReport(t *testing.T) {
 		t.Fatalf("ebb exited %d, want 0; its log:\n%s", code, e.logs())
 	}
 	checkDrainEnd(t, e, "drained")
-	res := l.results()
-	if len(res.fails) != 0 || res.ok == 0 {
-		t.Errorf("%d of %d requests failed; the first:\n%s", len(res.fails), res.requests, formatFailures(res.fails, l.start, 20))
+	res := l.Results()
+	if len(res.Fails) != 0 || res.OK == 0 {
+		t.Errorf("%d of %d requests failed; the first:\n%s", len(res.Fails), res.Requests, formatFailures(res.Fails, l.Began(), 20))
 	}
 
 	p := recv(t, seen, "the progress stream to end")

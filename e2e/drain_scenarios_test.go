@@ -118,6 +118,7 @@ func checkDrainEnd(t *testing.T, e *ebbProc, reason string) float64 {
 type heldResult struct {
 	status int
 	body   string
+	close  bool // the response closed its connection (Connection: close)
 	err    error
 	at     time.Time // when the client had the whole response, or the error
 }
@@ -150,7 +151,7 @@ func getHeld(t *testing.T, c *http.Client, url string, major int) <-chan heldRes
 		if err == nil && major != 0 && resp.ProtoMajor != major {
 			err = fmt.Errorf("answered over %s", resp.Proto)
 		}
-		ch <- heldResult{status: resp.StatusCode, body: string(b), err: err, at: time.Now()}
+		ch <- heldResult{status: resp.StatusCode, body: string(b), close: resp.Close, err: err, at: time.Now()}
 	})
 	return ch
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 	"github.com/ebb-proxy/ebb/examples/vip"
 )
 
@@ -50,14 +51,19 @@ func vipReplicaYAML(origin string) string {
 `, vipDelay, vipSpread, vipQuiet, vipTimeout)
 }
 
-// startVIPReplicaB starts the replica that stays: A's configuration, but
-// without a minimum drain duration, so that its own drain at cleanup (once
-// the VIP and the clients are gone) ends at once instead of adding
-// delay + spread to every scenario. Until then it behaves as A does.
-func startVIPReplicaB(t *testing.T, yaml string) *ebbProc {
+// startVIPReplicas starts replicas A and B of one mixedOrigin (closing
+// every connection if originCloses) behind a VIP. B is the replica that
+// stays: A's configuration, but without a minimum drain duration, so that
+// its own drain at cleanup (once the VIP and the clients are gone) ends at
+// once instead of adding delay + spread to every scenario. Until then it
+// behaves as A does.
+func startVIPReplicas(t *testing.T, originCloses bool) (a, b *ebbProc, v *vip.VIP) {
 	t.Helper()
+	yaml := vipReplicaYAML(hostPort(newOrigin(t, mixedOrigin(originCloses))))
+	a = startEbb(t, yaml)
 	path := writeConfig(t, yaml)
-	return startEbbArgs(t, path, "run", "-config", path, "-set", "drain.min_duration=0s")
+	b = startEbbArgs(t, path, "run", "-config", path, "-set", "drain.min_duration=0s")
+	return a, b, newVIP(t, a.addr("public"), b.addr("public"))
 }
 
 // TestDrainVIP is DRAIN.md's test of the promise: two replicas behind a
@@ -80,9 +86,9 @@ func TestDrainVIPUpstreamCloses(t *testing.T) {
 }
 
 func runVIPMatrix(t *testing.T, originCloses bool) {
-	for _, kind := range clientKinds {
+	for _, kind := range loadgen.Kinds {
 		for _, removal := range vipRemovalDelays {
-			t.Run(fmt.Sprintf("%s/removal=%s", kind.name, removal), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/removal=%s", kind.Name, removal), func(t *testing.T) {
 				t.Parallel()
 				runVIPDrain(t, kind, removal, originCloses)
 			})
@@ -90,20 +96,16 @@ func runVIPMatrix(t *testing.T, originCloses bool) {
 	}
 }
 
-func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originCloses bool) {
-	origin := newOrigin(t, mixedOrigin(originCloses))
-	yaml := vipReplicaYAML(hostPort(origin))
-	a := startEbb(t, yaml)
-	b := startVIPReplicaB(t, yaml)
+func runVIPDrain(t *testing.T, kind loadgen.Kind, removal time.Duration, originCloses bool) {
+	a, b, v := startVIPReplicas(t, originCloses)
 	addrA, addrB := a.addr("public"), b.addr("public")
-	v := newVIP(t, addrA, addrB)
 	// The load: keep-alive workers sharing one long-lived client of kind,
 	// and the arrivals. Its own bound: the whole drain, with room to spare.
-	load := startLoad(t, loadSpec{addr: v.Addr(), kinds: []clientKind{kind}, workers: vipWorkers,
+	load := startLoad(t, loadSpec{addr: v.Addr(), kinds: []loadgen.Kind{kind}, workers: vipWorkers,
 		arrivals: vipArrivals, session: vipSession, request: mixedRequest, warmOK: 50 * vipWorkers,
 		limit: vipTimeout + 30*time.Second})
 
-	recv(t, load.warm, "the load to warm up")
+	recv(t, load.Warm(), "the load to warm up")
 	pinned := v.Stat(addrA).Open
 	if pinned == 0 {
 		t.Fatalf("no connection is pinned to replica A before its drain: the scenario would test nothing")
@@ -128,30 +130,12 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 			t.Fatalf("replica A has not exited %s after SIGTERM; its log:\n%s", vipTimeout+5*time.Second, a.logs())
 		}
 	}
-	okAtExit := load.okCount()
-	tail, stopTail := after(vipTail)
-	<-tail
-	stopTail()
-	load.stop()
-
 	// The client's view: every request answered 200 with its body.
-	res := load.results()
-	requests, ok, errs := res.requests, res.ok, len(res.fails)
-	if errs != 0 {
-		t.Errorf("%d of %d requests failed (T = SIGTERM to replica A, removed from the VIP at T+%s, exited at T+%s); the first:\n%s",
-			errs, requests, removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond), formatFailures(res.fails, trigger, 20))
-	}
-	if ok+errs != requests || ok == 0 {
-		t.Errorf("counts: %d requests, %d answered correctly, %d errors", requests, ok, errs)
-	}
-	if ok == okAtExit {
-		t.Errorf("no request answered after replica A exited: replica B did not take the load")
-	}
-	if sc, isStrict := load.clients[0].(*strictClient); isStrict {
-		if _, unsolicited := sc.poolStats(); unsolicited != 0 {
-			t.Errorf("%d pooled connections received bytes nobody asked for", unsolicited)
-		}
-	}
+	res := stopLoadAfterExit(t, load, vipTail, trigger,
+		fmt.Sprintf("SIGTERM to replica A, removed from the VIP at T+%s, exited at T+%s",
+			removedAt.Sub(trigger).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond)),
+		"no request answered after replica A exited: replica B did not take the load")
+	requests, errs := res.Requests, len(res.Fails)
 
 	// The VIP's view: no connection refused, A's all ended.
 	sa, sb := v.Stat(addrA), v.Stat(addrB)
@@ -228,7 +212,7 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 		silent = fmt.Sprintf(", %d silent conns (last ended T+%s)", sa.Silent, sa.LastSilentEnd.Sub(trigger).Round(time.Millisecond))
 	}
 	t.Logf("requests %d (errors %d, %d clients arrived); A: %d conns pinned at T, %d routed during the drain%s, %v close signals, last ended T+%s, removed T+%s, exited T+%s (drain took %v), exit-lastEnd %s",
-		requests, errs, res.arrivals, pinned, sa.RoutedSince(trigger), silent, signals,
+		requests, errs, res.Arrivals, pinned, sa.RoutedSince(trigger), silent, signals,
 		sa.LastEnd.Sub(trigger).Round(time.Millisecond), removedAt.Sub(trigger).Round(time.Millisecond),
 		exitAt.Sub(trigger).Round(time.Millisecond), took, exitAt.Sub(sa.LastEnd).Round(time.Millisecond))
 }
@@ -241,12 +225,8 @@ func runVIPDrain(t *testing.T, kind clientKind, removal time.Duration, originClo
 // after min_duration, not when the header timeout (10s) ends it.
 func TestDrainVIPSilentConnection(t *testing.T) {
 	t.Parallel()
-	origin := newOrigin(t, mixedOrigin(false))
-	yaml := vipReplicaYAML(hostPort(origin))
-	a := startEbb(t, yaml)
-	b := startVIPReplicaB(t, yaml)
+	a, b, v := startVIPReplicas(t, false)
 	addrA, addrB := a.addr("public"), b.addr("public")
-	v := newVIP(t, addrA, addrB)
 
 	// The VIP's first connection goes to A.
 	silent := rawConn(t, v.Addr())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ebb-proxy/ebb/bench/peers"
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // Drain scenario (c), nginx as a WAF in front of two replicas. The
@@ -51,49 +52,49 @@ func wafNginx(servers ...string) func(listen string) peers.Nginx {
 // 6 workers, each over its own keep-alive connection (Go's HTTP/1 client),
 // until stopped; every answer must be the body sent, with the request's
 // X-Request-Id. It is warm once replicas A and B have each answered 3.
-func startWAFLoad(t *testing.T, addr string) *load {
+func startWAFLoad(t *testing.T, addr string) *loadgen.Load {
 	bodies := []string{string(randBytes(11, 1<<10)), string(randBytes(12, 7<<10)), string(randBytes(13, 20<<10))}
-	post := func(w, i int, _ bool) loadRequest {
+	post := func(w, i int, _ bool) loadgen.Request {
 		id := fmt.Sprintf("%d-%d", w, i)
 		body := bodies[(w+i)%len(bodies)]
-		return loadRequest{method: http.MethodPost, path: "/post/" + id, body: body,
-			contentType: "application/octet-stream", id: id, want: body}
+		return loadgen.Request{Method: http.MethodPost, Path: "/post/" + id, Body: body,
+			ContentType: "application/octet-stream", ID: id, Want: body}
 	}
-	return startLoad(t, loadSpec{addr: addr, kinds: []clientKind{goHTTP1PerWorker}, workers: 6, request: post,
+	return startLoad(t, loadSpec{addr: addr, kinds: []loadgen.Kind{loadgen.GoHTTP1PerWorker}, workers: 6, request: post,
 		warmReplicas: []string{"A", "B"}, limit: stopTimeout})
 }
 
 // awaitWAFWarm waits until every replica has answered through nginx,
 // failing with nginx's error log if nginx exits or the wait takes
 // waitTimeout.
-func awaitWAFWarm(t *testing.T, l *load, ng *nginxProc) {
+func awaitWAFWarm(t *testing.T, l *loadgen.Load, ng *nginxProc) {
 	t.Helper()
 	timeout, stop := after(waitTimeout)
 	defer stop()
 	select {
-	case <-l.warm:
+	case <-l.Warm():
 	case <-ng.done:
 		t.Fatalf("nginx exited (%v); its error log:\n%s", ng.err, ng.log())
 	case <-timeout:
-		res := l.results()
+		res := l.Results()
 		t.Fatalf("the replicas did not all answer through nginx within %s; %d errors, first:\n%s\nnginx error log:\n%s",
-			waitTimeout, len(res.fails), formatFailures(res.fails, l.start, 10), ng.log())
+			waitTimeout, len(res.Fails), formatFailures(res.Fails, l.Began(), 10), ng.log())
 	}
 }
 
 // checkWAFExit checks what a replica A drained under the WAF's load must
 // show, once the load has stopped: no POST failed, A answered some after
 // its trigger (else the scenario tested nothing), and A exited 0.
-func checkWAFExit(t *testing.T, l *load, ng *nginxProc, a *ebbProc, trigger, exitAt time.Time, code int) {
+func checkWAFExit(t *testing.T, l *loadgen.Load, ng *nginxProc, a *ebbProc, trigger, exitAt time.Time, code int) {
 	t.Helper()
-	res := l.results()
-	ok, nerr := res.ok, len(res.fails)
-	afterTrigger := l.servedSince("A", trigger)
+	res := l.Results()
+	ok, nerr := res.OK, len(res.Fails)
+	afterTrigger := l.ServedSince("A", trigger)
 	t.Logf("%d POSTs answered, %d errors; A answered %d after T; A exited at T+%s",
 		ok, nerr, afterTrigger, exitAt.Sub(trigger).Round(time.Millisecond))
 	if nerr != 0 {
 		t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-			nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
+			nerr, formatFailures(res.Fails, trigger, 10), ng.log(), a.logs())
 	}
 	if afterTrigger == 0 {
 		t.Errorf("replica A answered no POST after its trigger: the scenario tested nothing")
@@ -141,19 +142,19 @@ func TestDrainWAF(t *testing.T) {
 		a.signal(syscall.SIGTERM)
 		stopAt := trigger.Add(scnDelay + scnSpread + 700*time.Millisecond)
 		holdUntil(t, stopAt, a.done, "replica A exited while nginx was still sending it requests")
-		load.stop()
+		load.Stop()
 		stopped := time.Now()
 		exitAt := awaitExit(t, a, "replica A to exit")
 		code := a.exit()
 
-		res := load.results()
-		ok, nerr := res.ok, len(res.fails)
-		duringSignal := load.servedSince("A", trigger.Add(scnDelay))
+		res := load.Results()
+		ok, nerr := res.OK, len(res.Fails)
+		duringSignal := load.ServedSince("A", trigger.Add(scnDelay))
 		t.Logf("%d POSTs answered, %d errors; A answered %d after T+%s; A exited %s after the load stopped (T+%s)",
 			ok, nerr, duringSignal, scnDelay, exitAt.Sub(stopped).Round(time.Millisecond), exitAt.Sub(trigger).Round(time.Millisecond))
 		if nerr != 0 {
 			t.Errorf("%d POSTs failed through nginx, want 0; first:\n%s\nnginx error log:\n%s\nreplica A log:\n%s",
-				nerr, formatFailures(res.fails, trigger, 10), ng.log(), a.logs())
+				nerr, formatFailures(res.Fails, trigger, 10), ng.log(), a.logs())
 		}
 		if duringSignal == 0 {
 			t.Errorf("replica A answered no POST after T+%s: the scenario tested nothing", scnDelay)
@@ -195,7 +196,7 @@ func TestDrainWAF(t *testing.T) {
 		exitAt := awaitExit(t, a, "replica A to exit under load")
 		code := a.exit()
 		holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
-		load.stop()
+		load.Stop()
 
 		checkWAFExit(t, load, ng, a, trigger, exitAt, code)
 		// Past the signal phase: A's idle connections are closed (FIN, then
@@ -246,7 +247,7 @@ func TestDrainWAF(t *testing.T) {
 			code := a.exit()
 			// Nothing may break after A's exit: keep the load a moment.
 			holdUntil(t, exitAt.Add(300*time.Millisecond), nil, "")
-			load.stop()
+			load.Stop()
 
 			checkWAFExit(t, load, ng, a, trigger, exitAt, code)
 			bound := max(removal, scnDelay+scnSpread) + scnIdleClose + scnQuiet + time.Second

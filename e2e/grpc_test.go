@@ -20,51 +20,28 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/ebb-proxy/ebb/examples/grpcecho"
 )
 
-// The gRPC tests run grpc-go's own client and server through ebb. The
-// service is defined by hand (no protoc): its messages are byte slices,
-// carried as they are by rawCodec.
-
-// rawCodec is a gRPC codec whose messages are []byte (marshalled from
-// []byte or *[]byte, unmarshalled into *[]byte) taken as they are.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "raw" }
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	switch m := v.(type) {
-	case []byte:
-		return m, nil
-	case *[]byte:
-		return *m, nil
-	}
-	return nil, fmt.Errorf("rawCodec: cannot marshal a %T", v)
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	m, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("rawCodec: cannot unmarshal into a %T", v)
-	}
-	// grpc-go hands a V1 codec a fresh copy of the message (codec.go,
-	// codecV0Bridge.Unmarshal materializes it): no need to copy again.
-	*m = data
-	return nil
-}
+// The gRPC tests run grpc-go's own client and server through ebb: the
+// server serves examples/grpcecho's echo service, and testDesc for the
+// rest (status and metadata, deadlines, each kind of stream, messages past
+// the default size limit).
 
 const (
-	grpcService = "ebb.e2e.Echo"
+	grpcService = "ebb.e2e.Test"
+	grpcFail    = "/" + grpcService + "/Fail"
+	grpcBlock   = "/" + grpcService + "/Block"
 	// grpcBigSize is the size of the large messages, past grpc-go's
 	// default 4 MiB receive limit: both ends raise it to grpcMaxMsg.
 	grpcBigSize = 8 << 20
 	grpcMaxMsg  = 16 << 20
 )
 
-// echoDesc describes the service. Its handlers take the *echoServer that
-// was registered.
+// testDesc describes the tests' own service. Its handlers take the
+// *echoServer that was registered.
 //
-//	Unary  unary:   answers the request.
 //	Fail   unary:   sets header x-header: h (unless the request is
 //	                "trailers-only") and trailer x-trailer: t, and fails
 //	                with NotFound "x".
@@ -72,22 +49,19 @@ const (
 //	                echoServer.blocked.
 //	Count  server:  the request is a decimal n; sends countMessage(0..n-1).
 //	Sum    client:  answers "COUNT SHA256" of the messages received.
-//	Echo   bidi:    sends back each message as it arrives.
 //	Big    bidi:    receives one message; sends the hex SHA-256 of it, then
 //	                grpcBigSize bytes of randBytes(8, ...).
-var echoDesc = grpc.ServiceDesc{
+var testDesc = grpc.ServiceDesc{
 	ServiceName: grpcService,
 	// The handlers assert the server's type themselves.
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
-		unaryMethod("Unary", (*echoServer).unary),
 		unaryMethod("Fail", (*echoServer).fail),
 		unaryMethod("Block", (*echoServer).block),
 	},
 	Streams: []grpc.StreamDesc{
 		streamMethod("Count", true, false, (*echoServer).count),
 		streamMethod("Sum", false, true, (*echoServer).sum),
-		streamMethod("Echo", true, true, (*echoServer).echo),
 		streamMethod("Big", true, true, (*echoServer).big),
 	},
 }
@@ -116,7 +90,7 @@ func streamMethod(name string, serverStreams, clientStreams bool, f func(*echoSe
 	}
 }
 
-// echoServer implements echoDesc.
+// echoServer serves grpcecho's service and implements testDesc.
 type echoServer struct {
 	addr string // host:port it listens on
 
@@ -131,8 +105,8 @@ type blockReport struct {
 	err         error         // its context's error once done
 }
 
-// startEchoServer serves echoDesc with plain-text HTTP/2 (h2c) on
-// 127.0.0.1:0 until the test ends.
+// startEchoServer serves grpcecho's service and testDesc with plain-text
+// HTTP/2 (h2c) on 127.0.0.1:0 until the test ends.
 func startEchoServer(t *testing.T) *echoServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -140,13 +114,12 @@ func startEchoServer(t *testing.T) *echoServer {
 		t.Fatal(err)
 	}
 	s := &echoServer{addr: ln.Addr().String(), blocked: make(chan blockReport, 1)}
-	gs := grpc.NewServer(
+	gs := grpcecho.NewServer(
 		grpc.Creds(insecure.NewCredentials()),
-		grpc.ForceServerCodec(rawCodec{}),
 		grpc.MaxRecvMsgSize(grpcMaxMsg),
 		grpc.MaxSendMsgSize(grpcMaxMsg),
 	)
-	gs.RegisterService(&echoDesc, s)
+	gs.RegisterService(&testDesc, s)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(ln) }()
 	t.Cleanup(func() {
@@ -158,10 +131,6 @@ func startEchoServer(t *testing.T) *echoServer {
 		}
 	})
 	return s
-}
-
-func (s *echoServer) unary(_ context.Context, req []byte) ([]byte, error) {
-	return req, nil
 }
 
 func (s *echoServer) fail(ctx context.Context, req []byte) ([]byte, error) {
@@ -221,21 +190,6 @@ func (s *echoServer) sum(stream grpc.ServerStream) error {
 	return stream.SendMsg(fmt.Appendf(nil, "%d %x", n, h.Sum(nil)))
 }
 
-func (s *echoServer) echo(stream grpc.ServerStream) error {
-	for {
-		m, err := recvBytes(stream)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := stream.SendMsg(m); err != nil {
-			return err
-		}
-	}
-}
-
 func (s *echoServer) big(stream grpc.ServerStream) error {
 	m, err := recvBytes(stream)
 	if err != nil {
@@ -262,25 +216,29 @@ func recvBytes(s interface{ RecvMsg(any) error }) ([]byte, error) {
 	return m, err
 }
 
-// openStream opens a stream of the named echoDesc method.
+// openStream opens a stream of the named method of grpcecho's service or
+// testDesc.
 func openStream(t *testing.T, ctx context.Context, conn *grpc.ClientConn, name string) grpc.ClientStream {
 	t.Helper()
-	for i := range echoDesc.Streams {
-		if d := &echoDesc.Streams[i]; d.StreamName == name {
-			s, err := conn.NewStream(ctx, d, "/"+grpcService+"/"+name)
-			if err != nil {
-				t.Fatalf("opening %s: %v", name, err)
+	for _, sd := range []*grpc.ServiceDesc{&grpcecho.Desc, &testDesc} {
+		for i := range sd.Streams {
+			if d := &sd.Streams[i]; d.StreamName == name {
+				s, err := conn.NewStream(ctx, d, "/"+sd.ServiceName+"/"+name)
+				if err != nil {
+					t.Fatalf("opening %s: %v", name, err)
+				}
+				return s
 			}
-			return s
 		}
 	}
 	t.Fatalf("no stream method %s", name)
 	return nil
 }
 
+// invoke calls the unary method, its full name.
 func invoke(ctx context.Context, conn *grpc.ClientConn, method string, req []byte, opts ...grpc.CallOption) ([]byte, error) {
 	var resp []byte
-	err := conn.Invoke(ctx, "/"+grpcService+"/"+method, req, &resp, opts...)
+	err := conn.Invoke(ctx, method, req, &resp, opts...)
 	return resp, err
 }
 
@@ -288,14 +246,7 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, method string, req []byt
 // h2c with prior knowledge, TLS ones ALPN h2. Closed at cleanup.
 func dialGRPC(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(
-			grpc.ForceCodec(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(grpcMaxMsg),
-			grpc.MaxCallSendMsgSize(grpcMaxMsg),
-		),
-	)
+	conn, err := grpcecho.NewClient(addr, creds, grpc.MaxCallRecvMsgSize(grpcMaxMsg), grpc.MaxCallSendMsgSize(grpcMaxMsg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +260,7 @@ var grpcScenarios = []struct {
 	run  func(t *testing.T, ctx context.Context, conn *grpc.ClientConn, srv *echoServer)
 }{
 	{"unary", func(t *testing.T, ctx context.Context, conn *grpc.ClientConn, _ *echoServer) {
-		resp, err := invoke(ctx, conn, "Unary", []byte("ping"))
+		resp, err := invoke(ctx, conn, grpcecho.Unary, []byte("ping"))
 		if err != nil {
 			t.Fatalf("Unary: %v", err)
 		}
@@ -391,13 +342,13 @@ var grpcScenarios = []struct {
 	}},
 	{"deadline", func(t *testing.T, ctx context.Context, conn *grpc.ClientConn, srv *echoServer) {
 		// A connection first, so that the deadline is spent on the call.
-		if _, err := invoke(ctx, conn, "Unary", nil); err != nil {
+		if _, err := invoke(ctx, conn, grpcecho.Unary, nil); err != nil {
 			t.Fatalf("Unary: %v", err)
 		}
 		const timeout = time.Second
 		callCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		_, err := invoke(callCtx, conn, "Block", nil)
+		_, err := invoke(callCtx, conn, grpcBlock, nil)
 		if code := status.Code(err); code != codes.DeadlineExceeded {
 			t.Fatalf("Block: %v (code %s), want code DeadlineExceeded", err, code)
 		}
@@ -414,7 +365,7 @@ var grpcScenarios = []struct {
 	}},
 	{"status with headers and trailers", func(t *testing.T, ctx context.Context, conn *grpc.ClientConn, _ *echoServer) {
 		var header, trailer metadata.MD
-		_, err := invoke(ctx, conn, "Fail", []byte("headers"), grpc.Header(&header), grpc.Trailer(&trailer))
+		_, err := invoke(ctx, conn, grpcFail, []byte("headers"), grpc.Header(&header), grpc.Trailer(&trailer))
 		checkStatus(t, err, codes.NotFound, "x")
 		checkMD(t, "header", header, "x-header", "h")
 		checkMD(t, "trailer", trailer, "x-trailer", "t")
@@ -423,7 +374,7 @@ var grpcScenarios = []struct {
 		// No header set: the server answers with one HEADERS frame,
 		// END_STREAM set, holding the status (a Trailers-Only response).
 		var header, trailer metadata.MD
-		_, err := invoke(ctx, conn, "Fail", []byte("trailers-only"), grpc.Header(&header), grpc.Trailer(&trailer))
+		_, err := invoke(ctx, conn, grpcFail, []byte("trailers-only"), grpc.Header(&header), grpc.Trailer(&trailer))
 		checkStatus(t, err, codes.NotFound, "x")
 		checkMD(t, "trailer", trailer, "x-trailer", "t")
 		if v := header.Get("x-header"); len(v) != 0 {

@@ -20,19 +20,11 @@ import (
 // names that stream as the last; the stream in flight finishes; ebb exits 0.
 func TestDrainHTTP2TwoPhaseGoAway(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	arrived := make(chan struct{}, 1)
-	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			arrived <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
+	origin, slow := gatedOrigin(t, "/slow", func(w http.ResponseWriter, _ *http.Request, opened bool) {
+		if opened {
+			io.WriteString(w, "finished\n")
 		}
-		io.WriteString(w, "finished\n")
-	}))
+	})
 	e := startEbb(t, singleClusterYAML(hostPort(origin)))
 
 	c, err := net.Dial("tcp", e.addr("public"))
@@ -84,7 +76,7 @@ func TestDrainHTTP2TwoPhaseGoAway(t *testing.T) {
 	io.WriteString(c, http2.ClientPreface)
 	fr.WriteSettings()
 	open(1, "/slow")
-	recv(t, arrived, "the request to reach the origin")
+	recv(t, slow.arrived, "the request to reach the origin")
 
 	e.signal(syscall.SIGTERM)
 	ga, ok := next("the first GOAWAY").(*http2.GoAwayFrame)
@@ -104,7 +96,7 @@ func TestDrainHTTP2TwoPhaseGoAway(t *testing.T) {
 	if !ok || final.LastStreamID != 3 || final.ErrCode != http2.ErrCodeNo {
 		t.Fatalf("after the PING ACK: %v; want GOAWAY last=3 NO_ERROR", final)
 	}
-	close(release)
+	slow.open()
 	if f := next("stream 1's end"); f.Header().StreamID != 1 {
 		t.Fatalf("got %v; want stream 1 finished", f)
 	}

@@ -9,13 +9,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // The load of the rolling scenarios.
@@ -58,8 +59,8 @@ func runRollingRestart(t *testing.T, protocol string) {
 		newRollingBackend(t, "b0", h2c), newRollingBackend(t, "b1", h2c), newRollingBackend(t, "b2", h2c),
 	}
 	eps := filepath.Join(t.TempDir(), "eps.yaml")
-	writeEndpointFile(t, eps, backends)
-	e := startEbb(t, rollingYAML(eps, protocol))
+	writeBackendFile(t, eps, backends)
+	e := startEbb(t, fileClusterYAML(eps, protocol))
 	load := startRollingLoad(t, e.addr("public"))
 	for _, b := range backends {
 		recv(t, b.enough, fmt.Sprintf("backend %s to serve %d requests", b.name, rollingEnough))
@@ -68,14 +69,14 @@ func runRollingRestart(t *testing.T, protocol string) {
 	t0 := time.Now()
 	var replacements []*rollingBackend
 	for i, old := range backends {
-		writeEndpointFile(t, eps, slices.Delete(slices.Clone(backends), i, i+1))
+		writeBackendFile(t, eps, slices.Delete(slices.Clone(backends), i, i+1))
 		awaitEndpoint(t, e, old.addr, false)
 		removed := time.Since(t0)
 		handlers, conns := old.shutdown(t)
 		repl := newRollingBackend(t, old.name+"'", h2c)
 		backends[i] = repl
 		replacements = append(replacements, repl)
-		writeEndpointFile(t, eps, backends)
+		writeBackendFile(t, eps, backends)
 		awaitEndpoint(t, e, repl.addr, true)
 		t.Logf("T+%v: %s (%s) left discovery; shut down with %d requests in its handlers and %d connections open; T+%v: stopped after serving %d; T+%v: %s (%s) joined",
 			removed.Round(time.Millisecond), old.name, old.addr, handlers, conns, old.stoppedAt.Sub(t0).Round(time.Millisecond),
@@ -84,19 +85,19 @@ func runRollingRestart(t *testing.T, protocol string) {
 	for _, b := range replacements {
 		recv(t, b.enough, fmt.Sprintf("replacement %s to serve %d requests", b.name, rollingEnough))
 	}
-	load.stop()
+	load.Stop()
 
-	res := load.results()
-	byMethod, fails := res.byMethod, res.fails
+	res := load.Results()
+	byMethod, fails := res.ByMethod, res.Fails
 	t.Logf("%d requests (GET %d, POST %d) in %v; replacements served %d, %d, %d",
 		byMethod[http.MethodGet]+byMethod[http.MethodPost], byMethod[http.MethodGet], byMethod[http.MethodPost],
-		time.Since(load.start).Round(time.Millisecond),
+		time.Since(load.Began()).Round(time.Millisecond),
 		replacements[0].servedCount(), replacements[1].servedCount(), replacements[2].servedCount())
 	if len(fails) > 0 {
 		t.Errorf("%d requests failed during the rolling restart, want 0; the first:\n%s",
 			len(fails), formatFailures(fails, t0, 20))
 	}
-	load.checkEveryKindSent(t)
+	checkEveryKindSent(t, load)
 }
 
 // TestBackendKilled kills one of three backends hard under keep-alive GET
@@ -118,8 +119,8 @@ func TestBackendKilled(t *testing.T) {
 		newRollingBackend(t, "b0", false), newRollingBackend(t, "b1", false), newRollingBackend(t, "b2", false),
 	}
 	eps := filepath.Join(t.TempDir(), "eps.yaml")
-	writeEndpointFile(t, eps, backends)
-	e := startEbb(t, rollingYAML(eps, "http1"))
+	writeBackendFile(t, eps, backends)
+	e := startEbb(t, fileClusterYAML(eps, "http1"))
 	load := startRollingLoad(t, e.addr("public"))
 	for _, b := range backends {
 		recv(t, b.enough, fmt.Sprintf("backend %s to serve %d requests", b.name, rollingEnough))
@@ -135,17 +136,17 @@ func TestBackendKilled(t *testing.T) {
 	killStart := time.Now()
 	at := victim.kill()
 	killed := time.Now()
-	afterKill := load.watch(killed, rollingAfterKill)
+	afterKill := load.Watch(killed, rollingAfterKill)
 	recv(t, afterKill, fmt.Sprintf("%d requests started after the kill to end", rollingAfterKill))
-	load.stop()
+	load.Stop()
 
-	res := load.results()
-	byMethod, fails := res.byMethod, res.fails
-	var before, after []loadFailure
+	res := load.Results()
+	byMethod, fails := res.ByMethod, res.Fails
+	var before, after []loadgen.Failure
 	failedBy := map[string]int{}
 	for _, f := range fails {
-		failedBy[f.method]++
-		if f.start.Before(killed) {
+		failedBy[f.Method]++
+		if f.Start.Before(killed) {
 			before = append(before, f)
 		} else {
 			after = append(after, f)
@@ -163,16 +164,16 @@ func TestBackendKilled(t *testing.T) {
 	if len(after) > 0 {
 		last := after[len(after)-1]
 		t.Errorf("%d requests started after the kill failed (of %d started after it), the last at T%+v: ebb still picks the dead endpoint, and a failed connect was answered instead of retried elsewhere; the first:\n%s",
-			len(after), load.sinceCount(), last.end.Sub(killed).Round(time.Millisecond), formatFailures(after, killed, 10))
+			len(after), load.SinceCount(), last.End.Sub(killed).Round(time.Millisecond), formatFailures(after, killed, 10))
 	}
 	if len(fails) > at.conns {
 		t.Errorf("%d requests failed, more than the %d connections open on the killed backend (so more than the requests in flight on it)",
 			len(fails), at.conns)
 	}
 	if n := failedBy[http.MethodGet]; n > 0 {
-		var gets []loadFailure
+		var gets []loadgen.Failure
 		for _, f := range fails {
-			if f.method == http.MethodGet {
+			if f.Method == http.MethodGet {
 				gets = append(gets, f)
 			}
 		}
@@ -182,40 +183,18 @@ func TestBackendKilled(t *testing.T) {
 	if len(before) > 0 {
 		t.Logf("failures of requests started before the kill ended:\n%s", formatFailures(before, killed, 10))
 	}
-	load.checkEveryKindSent(t)
+	checkEveryKindSent(t, load)
 }
 
-// rollingYAML is ebb's configuration: one listener to one cluster whose
-// endpoints are listed in the file eps.
-func rollingYAML(eps, protocol string) string {
-	return fmt.Sprintf(`
-admin: { address: 127.0.0.1:0 }
-listeners:
-  - name: public
-    address: 127.0.0.1:0
-    routes: [{ cluster: app }]
-clusters:
-  - name: app
-    protocol: %s
-    discovery: { file: %q }
-`, protocol, eps)
-}
-
-// writeEndpointFile lists the backends' addresses in path, replacing it
-// with a rename as configuration management does.
-func writeEndpointFile(t *testing.T, path string, backends []*rollingBackend) {
+// writeBackendFile lists the backends' addresses in the endpoint file
+// path (writeEndpointFile).
+func writeBackendFile(t *testing.T, path string, backends []*rollingBackend) {
 	t.Helper()
-	var b strings.Builder
-	for _, be := range backends {
-		fmt.Fprintf(&b, "- %s\n", be.addr)
+	var addrs []string
+	for _, b := range backends {
+		addrs = append(addrs, b.addr)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	writeEndpointFile(t, path, addrs...)
 }
 
 // awaitEndpoint polls ebb's /endpoints until the cluster app lists addr
@@ -427,20 +406,20 @@ func (b *rollingBackend) kill() killStats {
 // startRollingLoad starts the keep-alive load of the rolling scenarios
 // towards addr: rollingWorkers workers for each client kind, each worker
 // sending GET and POST alternately, back to back, until stopped.
-func startRollingLoad(t *testing.T, addr string) *load {
-	return startLoad(t, loadSpec{addr: addr, kinds: clientKinds, workers: rollingWorkers, request: mixedRequest, limit: rollingLimit})
+func startRollingLoad(t *testing.T, addr string) *loadgen.Load {
+	return startLoad(t, loadSpec{addr: addr, kinds: loadgen.Kinds, workers: rollingWorkers, request: mixedRequest, limit: rollingLimit})
 }
 
 // failureClasses counts the failures by what the client saw: ebb's own
 // answer, or a transport error.
-func failureClasses(fails []loadFailure) string {
+func failureClasses(fails []loadgen.Failure) string {
 	classes := map[string]int{}
 	for _, f := range fails {
-		msg := f.err.Error()
+		msg := f.Err.Error()
 		class := "other: " + msg
 		for _, c := range []string{"upstream connect failed", "upstream failed", "upstream timed out", "no upstream endpoint"} {
 			if strings.Contains(msg, c) {
-				class = f.method + " " + c
+				class = f.Method + " " + c
 				break
 			}
 		}

@@ -24,6 +24,8 @@ import (
 	"github.com/gorilla/websocket"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/ebb-proxy/ebb/examples/echo"
 )
 
 // The soak: many connection lifecycles of each kind, and many endpoint
@@ -88,12 +90,15 @@ func (k soakConnKind) tls() bool { return k == soakHTTP1TLS || k == soakH2TLS }
 func (k soakConnKind) h2() bool  { return k == soakH2C || k == soakH2TLS }
 
 // soakOrigin answers GET with the request's path, echoes a POST's body,
-// and echoes WebSocket messages on /ws until the client closes.
-func soakOrigin() http.Handler {
+// and echoes WebSocket messages on /ws until the client closes; those
+// still open are closed at cleanup.
+func soakOrigin(t *testing.T) http.Handler {
+	var ws echo.WebSockets
+	t.Cleanup(ws.Close)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/ws":
-			echoWebSocket(w, r, nil)
+			ws.ServeHTTP(w, r)
 		case r.Method == http.MethodPost:
 			// Read whole before answering: net/http's HTTP/1 server may
 			// not let a handler read a body once it has begun its answer.
@@ -123,7 +128,7 @@ func soakConfig(origin string, listener []string) string {
 // right, and then ebb's goroutines and descriptors must return to what
 // they were before the first connection.
 func soakConnections(t *testing.T, k soakConnKind) {
-	origin := newOrigin(t, soakOrigin())
+	origin := newOrigin(t, soakOrigin(t))
 	var listener []string
 	var pool *x509.CertPool
 	if k.tls() {

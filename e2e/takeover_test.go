@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // takeoverTail is how long the load goes on after the old ebb exited.
@@ -37,43 +39,22 @@ drain:
 // startTakeoverLoad starts keep-alive load from every client kind, with
 // new clients arriving all the time (a refused connection would fail
 // one), on addr.
-func startTakeoverLoad(t *testing.T, addr string) *load {
+func startTakeoverLoad(t *testing.T, addr string) *loadgen.Load {
 	t.Helper()
-	l := startLoad(t, loadSpec{addr: addr, kinds: clientKinds, workers: 3, arrivals: 2, session: 3,
+	l := startLoad(t, loadSpec{addr: addr, kinds: loadgen.Kinds, workers: 3, arrivals: 2, session: 3,
 		request: mixedRequest, warmOK: 150, limit: 2 * time.Minute})
-	recv(t, l.warm, "the load to warm up")
+	recv(t, l.Warm(), "the load to warm up")
 	return l
 }
 
 // checkTakeoverLoad stops the load, after it has run takeoverTail past the
 // old ebb's exit, and checks that no client saw an error and that the
 // successor served after that exit.
-func checkTakeoverLoad(t *testing.T, l *load, trigger time.Time) {
+func checkTakeoverLoad(t *testing.T, l *loadgen.Load, trigger time.Time) {
 	t.Helper()
-	okAtExit := l.okCount()
-	tail, stop := after(takeoverTail)
-	<-tail
-	stop()
-	l.stop()
-	res := l.results()
-	if len(res.fails) != 0 {
-		t.Errorf("%d of %d requests failed (T = start of the successor); the first:\n%s",
-			len(res.fails), res.requests, formatFailures(res.fails, trigger, 20))
-	}
-	if res.ok+len(res.fails) != res.requests || res.ok == 0 {
-		t.Errorf("counts: %d requests, %d answered correctly, %d errors", res.requests, res.ok, len(res.fails))
-	}
-	if l.okCount() == okAtExit {
-		t.Error("no request answered after the old ebb exited: the successor did not serve")
-	}
-	l.checkEveryKindSent(t)
-	for _, c := range l.clients {
-		if sc, ok := c.(*strictClient); ok {
-			if _, unsolicited := sc.poolStats(); unsolicited != 0 {
-				t.Errorf("%d pooled connections received bytes nobody asked for", unsolicited)
-			}
-		}
-	}
+	stopLoadAfterExit(t, l, takeoverTail, trigger, "start of the successor",
+		"no request answered after the old ebb exited: the successor did not serve")
+	checkEveryKindSent(t, l)
 }
 
 // checkDrainedExit checks that the old ebb exited 0, drained, having

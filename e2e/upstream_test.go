@@ -65,15 +65,7 @@ clusters:
 		}
 	})
 	t.Run("response timeout is 504", func(t *testing.T) {
-		start := time.Now()
-		status, body, _ := get(t, client, e.url("public", "/slow"))
-		took := time.Since(start)
-		if status != 504 || string(body) != "ebb: upstream timed out\n" {
-			t.Fatalf("status %d, body %q; want 504 \"ebb: upstream timed out\\n\"", status, body)
-		}
-		if took < 300*time.Millisecond || took > 5*time.Second {
-			t.Errorf("the 504 came after %s; timeouts.response is 300ms", took)
-		}
+		getTimedOut(t, client, e.url("public", "/slow"), 504, "ebb: upstream timed out\n", "timeouts.response")
 		if err := recv(t, abandoned, "ebb to close the timed-out upstream connection"); !errors.Is(err, context.Canceled) {
 			t.Errorf("the slow origin's request ended with %v, want context.Canceled (connection closed)", err)
 		}
@@ -238,60 +230,36 @@ func TestStaleUpstreamConnection(t *testing.T) {
 	}
 }
 
+// getTimedOut GETs url with c and checks that ebb answered status and
+// body once its timeout of 300ms (named by timeout) had passed, within 5s.
+func getTimedOut(t *testing.T, c *http.Client, url string, status int, body, timeout string) {
+	t.Helper()
+	start := time.Now()
+	gotStatus, gotBody, _ := get(t, c, url)
+	took := time.Since(start)
+	if gotStatus != status || string(gotBody) != body {
+		t.Fatalf("GET %s: status %d, body %q; want %d %q", url, gotStatus, gotBody, status, body)
+	}
+	if took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("the %d came after %s; %s is 300ms", status, took, timeout)
+	}
+}
+
 // TestConnectionLimit checks max_conns_per_endpoint: with one connection
 // allowed and busy, a second request waits timeouts.connect and gets 503.
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	inHandler := make(chan struct{}, 1)
-	origin := newOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			inHandler <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
+	origin, hold := gatedOrigin(t, "/hold", func(w http.ResponseWriter, r *http.Request, _ bool) {
 		io.WriteString(w, "done "+r.URL.Path)
-	}))
-	var once atomic.Bool
-	releaseOnce := func() {
-		if once.CompareAndSwap(false, true) {
-			close(release)
-		}
-	}
-	t.Cleanup(releaseOnce)
+	})
 	e := startEbb(t, oneClusterYAML(hostPort(origin), nil, []string{"max_conns_per_endpoint: 1", "timeouts: { connect: 300ms }"}))
 	client := newClient(t)
 
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	held := make(chan result, 1)
-	go func() {
-		resp, err := client.Get(e.url("public", "/hold"))
-		if err != nil {
-			held <- result{err: err}
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		held <- result{resp.StatusCode, string(b), err}
-	}()
-	recv(t, inHandler, "the first request to reach the origin")
+	held := getHeld(t, client, e.url("public", "/hold"), 0)
+	recv(t, hold.arrived, "the first request to reach the origin")
 
-	start := time.Now()
-	status, body, _ := get(t, client, e.url("public", "/second"))
-	took := time.Since(start)
-	if status != 503 || string(body) != "ebb: upstream connection limit reached\n" {
-		t.Fatalf("second request: status %d, body %q; want 503 \"ebb: upstream connection limit reached\\n\"", status, body)
-	}
-	if took < 300*time.Millisecond || took > 5*time.Second {
-		t.Errorf("the 503 came after %s; timeouts.connect is 300ms", took)
-	}
-	releaseOnce()
+	getTimedOut(t, client, e.url("public", "/second"), 503, "ebb: upstream connection limit reached\n", "timeouts.connect")
+	hold.open()
 	if r := recv(t, held, "the held request"); r.err != nil || r.status != 200 || r.body != "done /hold" {
 		t.Fatalf("held request: %d %q %v", r.status, r.body, r.err)
 	}

@@ -321,26 +321,3 @@ drain:
 		t.Errorf("drain summary %v, want %q and %d WebSocket close (1001)", recs, want, len(clients))
 	}
 }
-
-// echoWebSocket upgrades r to a WebSocket, runs opened (if not nil), and
-// sends back each message until the client closes or leaves.
-func echoWebSocket(w http.ResponseWriter, r *http.Request, opened func()) {
-	var upgrader websocket.Upgrader
-	c, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	if opened != nil {
-		opened()
-	}
-	for {
-		typ, msg, err := c.ReadMessage()
-		if err != nil {
-			return // the client's close frame (answered by gorilla), or its end
-		}
-		if err := c.WriteMessage(typ, msg); err != nil {
-			return
-		}
-	}
-}

@@ -28,24 +28,24 @@ const module = "github.com/ebb-proxy/ebb/"
 var layers = map[string]int{
 	// Leaves: the configuration's schema, the data path's smallest parts,
 	// what the data path needs of telemetry, programs of their own.
-	"config":                    0,
-	"telemetry/collect":         0,
-	"proxy/access":              0,
-	"proxy/events":              0,
-	"proxy/pace":                0,
-	"proxy/paths":               0,
-	"examples/origin":           0,
-	"examples/vip":              0,
-	"examples/internal/loadgen": 0,
-	"bench/fasthttp-bare":       0,
-	"bench/grpc-bench":          0,
-	"bench/idle-h2":             0,
-	"bench/latseries":           0,
-	"bench/otlp-sink":           0,
-	"bench/peers":               0,
-	"bench/slowloris":           0,
-	"e2e":                       0, // tests only
-	"docs":                      0, // tests only: the links of the guide
+	"config":              0,
+	"telemetry/collect":   0,
+	"proxy/access":        0,
+	"proxy/events":        0,
+	"proxy/pace":          0,
+	"proxy/paths":         0,
+	"examples/echo":       0,
+	"examples/vip":        0,
+	"examples/loadgen":    0,
+	"examples/grpcecho":   0,
+	"bench/fasthttp-bare": 0,
+	"bench/idle-h2":       0,
+	"bench/latseries":     0,
+	"bench/otlp-sink":     0,
+	"bench/peers":         0,
+	"bench/slowloris":     0,
+	"e2e":                 0, // tests only
+	"docs":                0, // tests only: the links of the guide
 	// The downstream connections, discovery and the telemetry pipeline,
 	// on the schema.
 	"proxy/downstream":         1,
@@ -55,6 +55,8 @@ var layers = map[string]int{
 	"proxy/headers":            1,
 	"proxy/tracing":            1,
 	"examples/load":            1,
+	"examples/origin":          1,
+	"bench/grpc-bench":         1,
 	"examples/rolling-restart": 1,
 	"bench/harness":            1,
 	// What stands on them: the drain, on the connections it drains.
@@ -93,7 +95,7 @@ var allowed = map[string][]string{
 var serverSide = []string{"Server", "ResponseWriter", "Handler", "HandlerFunc", "ServeMux", "NewServeMux",
 	"ListenAndServe", "ListenAndServeTLS", "Serve", "ServeTLS", "NewResponseController", "ResponseController"}
 
-var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "examples/rolling-restart", "bench/fasthttp-bare", "bench/grpc-bench"}
+var serverSideAllowed = []string{"admin", "telemetry", "proxy/proxytest", "examples/origin", "examples/echo", "examples/rolling-restart", "bench/fasthttp-bare", "bench/grpc-bench"}
 
 type listedPackage struct {
 	ImportPath string

@@ -1,13 +1,13 @@
 // Command grpc-bench is the gRPC part of ebb's benchmark (bench/run.sh):
 // a unary echo server and a closed-loop client that reports latency
-// percentiles. No protoc: the service is a hand-written grpc.ServiceDesc
-// and messages are raw bytes, (de)serialised by a pass-through codec.
+// percentiles. The service is examples/grpcecho's: no protoc, messages
+// are raw bytes; the client calls its Unary method.
 //
 //	grpc-bench -mode server -addr 127.0.0.1:18086
 //	grpc-bench -mode client -target 127.0.0.1:18087 -duration 10s -concurrency 16
 //
 // The client opens one connection (as a gRPC client does), runs
-// -concurrency goroutines that each call Echo/Call back to back for
+// -concurrency goroutines that each call Unary back to back for
 // -duration, checks every answer is the payload it sent, and prints one
 // line: requests=N errors=N seconds=S rps=R p50_us=P p99_us=P mean_us=M.
 // Both sides are plaintext HTTP/2 (h2c, prior knowledge).
@@ -30,53 +30,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ebb-proxy/ebb/examples/grpcecho"
 )
-
-// rawCodec passes []byte messages through untouched. Messages are *[]byte
-// (Unmarshal needs a pointer to fill); Marshal also takes a []byte.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "raw" }
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	switch m := v.(type) {
-	case *[]byte:
-		return *m, nil
-	case []byte:
-		return m, nil
-	}
-	return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	m, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
-	}
-	// The transport may reuse data's buffer after Unmarshal returns.
-	*m = append((*m)[:0], data...)
-	return nil
-}
-
-const method = "/bench.Echo/Call"
-
-// echoDesc is bench.Echo with one unary method, Call, that answers the
-// request's bytes.
-var echoDesc = grpc.ServiceDesc{
-	ServiceName: "bench.Echo",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Call",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			var in []byte
-			if err := dec(&in); err != nil {
-				return nil, err
-			}
-			return &in, nil
-		},
-	}},
-	Metadata: "grpc-bench",
-}
 
 func main() {
 	mode := flag.String("mode", "", "server or client")
@@ -111,8 +67,7 @@ func serve(addr string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
-	srv.RegisterService(&echoDesc, struct{}{})
+	srv := grpcecho.NewServer()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
@@ -137,9 +92,7 @@ type workerResult struct {
 }
 
 func runClient(target string, duration time.Duration, concurrency, size int, timeout time.Duration) error {
-	conn, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	conn, err := grpcecho.NewClient(target, insecure.NewCredentials())
 	if err != nil {
 		return err
 	}
@@ -151,7 +104,7 @@ func runClient(target string, duration time.Duration, concurrency, size int, tim
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		var out []byte
-		err := conn.Invoke(ctx, method, &payload, &out)
+		err := conn.Invoke(ctx, grpcecho.Unary, &payload, &out)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("first call to %s: %w", target, err)
@@ -176,7 +129,7 @@ func runClient(target string, duration time.Duration, concurrency, size int, tim
 					return
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				err := conn.Invoke(ctx, method, &payload, &out)
+				err := conn.Invoke(ctx, grpcecho.Unary, &payload, &out)
 				cancel()
 				if err == nil && !bytes.Equal(out, payload) {
 					err = fmt.Errorf("answer is %d bytes, not the %d sent", len(out), len(payload))

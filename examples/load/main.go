@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ebb-proxy/ebb/examples/internal/loadgen"
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 )
 
 // progressEvery is how often a progress line is printed.
@@ -70,11 +70,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	began := time.Now()
-	l := loadgen.Start([]loadgen.Kind{
-		{Name: "HTTP/1.1 keep-alive GET", Workers: *workers, URL: base, KeepAlive: true},
-		{Name: "HTTP/1.1 keep-alive POST", Workers: *workers, URL: base, KeepAlive: true, Echo: true},
-		{Name: "HTTP/1.1 new connections", Workers: *workers, URL: base},
-	})
+	l, err := loadgen.Start(loadgen.Spec{Abandon: true, Groups: []loadgen.Group{
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive GET", loadgen.GoConfig{}), Addr: u.Host, Workers: *workers, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive POST", loadgen.GoConfig{}), Addr: u.Host, Workers: *workers, Request: loadgen.Echo()},
+		{Kind: loadgen.Go("HTTP/1.1 new connections", loadgen.GoConfig{NoKeepAlive: true}), Addr: u.Host, Workers: *workers,
+			Request: loadgen.Greeting},
+	}})
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 1
+	}
+	defer l.Close()
 	fmt.Fprintf(stdout, "load: sending to %s\n", base)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()

@@ -1,5 +1,5 @@
 // Command origin is a small HTTP application to put behind ebb in the
-// quick start and the examples. It answers:
+// quick start and the examples. It answers, as examples/echo's Handler:
 //
 //	GET  /            a greeting naming the host that served it
 //	POST /echo        the request body, streamed back
@@ -13,15 +13,14 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/ebb-proxy/ebb/examples/echo"
 )
 
 func main() {
@@ -29,56 +28,7 @@ func main() {
 	name := flag.String("name", "origin", "name shown in the greeting")
 	flag.Parse()
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s (%s %s, forwarded for %s)\n", *name, r.Method, r.URL.Path, r.Header.Get("X-Forwarded-For"))
-	})
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
-		if ct := r.Header.Get("Content-Type"); ct != "" {
-			w.Header().Set("Content-Type", ct)
-		}
-		// Without full duplex, net/http ends an HTTP/1 request body once
-		// the response has begun: a body past the first write would be cut.
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-			http.Error(w, "origin: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		io.Copy(w, r.Body)
-	})
-	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
-		if err != nil || n < 0 {
-			http.Error(w, "n must be a byte count", http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		buf := make([]byte, 32<<10)
-		for i := range buf {
-			buf[i] = 'a' + byte(i%26)
-		}
-		for n > 0 {
-			k := min(n, int64(len(buf)))
-			if _, err := w.Write(buf[:k]); err != nil {
-				return
-			}
-			n -= k
-		}
-	})
-	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
-		d, err := time.ParseDuration(r.URL.Query().Get("d"))
-		if err != nil {
-			d = time.Second
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			fmt.Fprintf(w, "hello from %s after %s\n", *name, d)
-		case <-r.Context().Done():
-		}
-	})
-
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: *addr, Handler: echo.Handler(*name), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	errc := make(chan error, 1)

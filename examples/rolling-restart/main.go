@@ -41,7 +41,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ebb-proxy/ebb/examples/internal/loadgen"
+	"github.com/ebb-proxy/ebb/examples/echo"
+	"github.com/ebb-proxy/ebb/examples/loadgen"
 	"github.com/ebb-proxy/ebb/examples/vip"
 )
 
@@ -200,12 +201,16 @@ func rollingRestart(w io.Writer, dir string, origins []string, start starter) (o
 	// The load: keep-alive HTTP/1.1 and HTTP/2 clients, as services
 	// calling services do, and new HTTP/1.1 clients, each with one request
 	// on a new connection, as browsers and short-lived jobs arrive.
-	l := loadgen.Start([]loadgen.Kind{
-		{Name: "HTTP/1.1 keep-alive", Workers: 4, URL: "http://" + v1.Addr(), KeepAlive: true},
-		{Name: "HTTP/2 keep-alive", Workers: 4, URL: "http://" + v2.Addr(), H2C: true, KeepAlive: true},
-		{Name: "HTTP/1.1 new connections", Workers: 2, URL: "http://" + v1.Addr()},
-	})
-	defer l.Stop()
+	l, err := loadgen.Start(loadgen.Spec{Abandon: true, Groups: []loadgen.Group{
+		{Kind: loadgen.Go("HTTP/1.1 keep-alive", loadgen.GoConfig{}), Addr: v1.Addr(), Workers: 4, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/2 keep-alive", loadgen.GoConfig{HTTP2: true}), Addr: v2.Addr(), Workers: 4, Request: loadgen.Greeting},
+		{Kind: loadgen.Go("HTTP/1.1 new connections", loadgen.GoConfig{NoKeepAlive: true}), Addr: v1.Addr(), Workers: 2,
+			Request: loadgen.Greeting},
+	}})
+	if err != nil {
+		return outcome{}, err
+	}
+	defer l.Close()
 	// And WebSockets, held open as a chat's clients hold them, through
 	// the HTTP/1.1 VIP.
 	ws := startWS("ws://"+v1.Addr(), wsClients)
@@ -370,20 +375,20 @@ func choosePeers(list string) ([]peer, error) {
 	return out, nil
 }
 
-// startOrigins starts n origins on loopback; each answers any GET with
-// a greeting naming itself, and echoes the messages of WebSockets opened
-// on /ws.
+// startOrigins starts n origins on loopback; each answers as
+// examples/origin does, naming itself, and echoes the messages of
+// WebSockets opened on /ws.
 func startOrigins(n int) ([]string, func(), error) {
 	var addrs []string
 	var srvs []*http.Server
 	var serving sync.WaitGroup
-	var ws wsOrigin
+	var ws echo.WebSockets
 	stop := func() {
 		for _, s := range srvs {
 			s.Close()
 		}
 		serving.Wait()
-		ws.close() // Close leaves hijacked connections alone
+		ws.Close() // Close leaves hijacked connections alone
 	}
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -393,10 +398,8 @@ func startOrigins(n int) ([]string, func(), error) {
 		}
 		name := fmt.Sprintf("origin-%d", i+1)
 		mux := http.NewServeMux()
-		mux.HandleFunc("/ws", ws.serve)
-		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-			io.WriteString(w, "hello from "+name+"\n")
-		})
+		mux.Handle("/ws", &ws)
+		mux.Handle("/", echo.Handler(name))
 		s := &http.Server{Handler: mux}
 		srvs = append(srvs, s)
 		serving.Go(func() { s.Serve(ln) })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -301,62 +300,3 @@ func closeName(code int) string {
 
 // wsMessage is message i of client id on one WebSocket.
 func wsMessage(id, i int) []byte { return fmt.Appendf(nil, "client %d, message %d", id, i) }
-
-// wsOrigin serves WebSockets on an origin: each message is sent back
-// until the client (the proxy) closes or leaves. close ends those still
-// open and waits for their handlers.
-type wsOrigin struct {
-	upgrader websocket.Upgrader
-
-	mu     sync.Mutex
-	conns  map[*websocket.Conn]bool // guarded by mu
-	closed bool                     // guarded by mu
-	wg     sync.WaitGroup           // handlers; Add under mu while not closed
-}
-
-// serve upgrades r and echoes its messages.
-func (o *wsOrigin) serve(w http.ResponseWriter, r *http.Request) {
-	c, err := o.upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return // Upgrade has answered
-	}
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		c.Close()
-		return
-	}
-	if o.conns == nil {
-		o.conns = map[*websocket.Conn]bool{}
-	}
-	o.conns[c] = true
-	o.wg.Add(1)
-	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		delete(o.conns, c)
-		o.mu.Unlock()
-		c.Close()
-		o.wg.Done()
-	}()
-	for {
-		typ, msg, err := c.ReadMessage()
-		if err != nil {
-			return // a close frame (answered by gorilla), or the end
-		}
-		if err := c.WriteMessage(typ, msg); err != nil {
-			return
-		}
-	}
-}
-
-// close closes the WebSockets open and waits for their handlers.
-func (o *wsOrigin) close() {
-	o.mu.Lock()
-	o.closed = true
-	for c := range o.conns {
-		c.Close()
-	}
-	o.mu.Unlock()
-	o.wg.Wait()
-}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+
+	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 const (
@@ -26,15 +28,7 @@ const (
 //	GET  /source?seed=S&chunked=1  the same without Content-Length (chunked)
 func streamOrigin() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sink", func(w http.ResponseWriter, r *http.Request) {
-		h := sha256.New()
-		n, err := io.Copy(h, r.Body)
-		if err != nil {
-			http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintf(w, "%d %d %x", r.ContentLength, n, h.Sum(nil))
-	})
+	mux.HandleFunc("POST /sink", proxytest.Sink)
 	mux.HandleFunc("GET /source", func(w http.ResponseWriter, r *http.Request) {
 		seed, err := strconv.Atoi(r.URL.Query().Get("seed"))
 		if err != nil {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,15 +160,7 @@ func TestMatrixLargeBodies(t *testing.T) {
 	big, bigSum := proxytest.BigBody()
 	run(t, func(t *testing.T, m mode) {
 		mux := http.NewServeMux()
-		mux.HandleFunc("POST /sink", func(w http.ResponseWriter, r *http.Request) {
-			h := sha256.New()
-			n, err := io.Copy(h, r.Body)
-			if err != nil {
-				http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
-				return
-			}
-			fmt.Fprintf(w, "%d %d %x", r.ContentLength, n, h.Sum(nil))
-		})
+		mux.HandleFunc("POST /sink", proxytest.Sink)
 		mux.HandleFunc("GET /source", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("unknown") == "" {
 				w.Header().Set("Content-Length", strconv.Itoa(proxytest.BigSize))

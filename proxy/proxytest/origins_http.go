@@ -3,6 +3,7 @@ package proxytest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -67,3 +68,16 @@ var BigBody = sync.OnceValues(func() ([]byte, string) {
 	sum := sha256.Sum256(b)
 	return b, hex.EncodeToString(sum[:])
 })
+
+// Sink reads a request body whole and answers "LEN N SHA": the
+// Content-Length the origin saw (-1: none), the bytes it read and their
+// SHA-256, for the large-body tests to compare with what they sent.
+func Sink(w http.ResponseWriter, r *http.Request) {
+	h := sha256.New()
+	n, err := io.Copy(h, r.Body)
+	if err != nil {
+		http.Error(w, "origin: reading the body: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintf(w, "%d %d %x", r.ContentLength, n, h.Sum(nil))
+}

@@ -49,34 +49,22 @@ type Metrics struct {
 // reg at each collection.
 func New(m metric.Meter, reg *downstream.Registry) (*Metrics, error) {
 	out := Metrics{start: time.Now()}
-	var err error
-	if out.connects, err = m.Int64Counter("ebb.upstream.connects",
-		metric.WithDescription("Upstream connections established.")); err != nil {
-		return nil, err
-	}
-	if out.connectErrors, err = m.Int64Counter("ebb.upstream.connect_errors",
-		metric.WithDescription("Upstream connection attempts that failed.")); err != nil {
-		return nil, err
-	}
-	if out.retries, err = m.Int64Counter("ebb.upstream.retries",
-		metric.WithDescription("Requests sent again to another endpoint, when that was safe.")); err != nil {
-		return nil, err
-	}
-	if out.budgetDenied, err = m.Int64Counter("ebb.upstream.retry_budget_exhausted",
-		metric.WithDescription("Retries that were safe and had another endpoint, refused because the cluster's retry budget was spent.")); err != nil {
-		return nil, err
-	}
-	if out.emptyUpdates, err = m.Int64Counter("ebb.discovery.empty_updates",
-		metric.WithDescription("Endpoint sets from discovery that were empty after a non-empty one (kept or applied per discovery.on_empty).")); err != nil {
-		return nil, err
-	}
-	if out.ejections, err = m.Int64Counter("ebb.upstream.ejections",
-		metric.WithDescription("Endpoints taken out of the balancer's choice by passive health checking.")); err != nil {
-		return nil, err
-	}
-	if out.upstreamErrors, err = m.Int64Counter("ebb.upstream.errors",
-		metric.WithDescription("Upstream exchanges that failed, by kind (connect, overloaded, timeout, broken, refused).")); err != nil {
-		return nil, err
+	for _, c := range []struct {
+		to         *metric.Int64Counter
+		name, desc string
+	}{
+		{&out.connects, "ebb.upstream.connects", "Upstream connections established."},
+		{&out.connectErrors, "ebb.upstream.connect_errors", "Upstream connection attempts that failed."},
+		{&out.retries, "ebb.upstream.retries", "Requests sent again to another endpoint, when that was safe."},
+		{&out.budgetDenied, "ebb.upstream.retry_budget_exhausted", "Retries that were safe and had another endpoint, refused because the cluster's retry budget was spent."},
+		{&out.emptyUpdates, "ebb.discovery.empty_updates", "Endpoint sets from discovery that were empty after a non-empty one (kept or applied per discovery.on_empty)."},
+		{&out.ejections, "ebb.upstream.ejections", "Endpoints taken out of the balancer's choice by passive health checking."},
+		{&out.upstreamErrors, "ebb.upstream.errors", "Upstream exchanges that failed, by kind (connect, overloaded, timeout, broken, refused)."},
+	} {
+		var err error
+		if *c.to, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return nil, err
+		}
 	}
 	conns, err := m.Int64ObservableGauge("ebb.downstream.connections",
 		metric.WithDescription("Open downstream connections by listener, protocol and state."))

@@ -17,6 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
+
+	echoorigin "github.com/ebb-proxy/ebb/examples/echo"
 )
 
 // newAccessEnv is newEnv with the access log written to a file of the
@@ -260,23 +262,9 @@ func TestAccessLogFormats(t *testing.T) {
 // it closes, with the bytes relayed each way (the frames).
 func TestAccessLogWebSocket(t *testing.T) {
 	m := mode{Down: proxytest.DownH1, Up: proxytest.UpHTTP1}
-	upgrader := websocket.Upgrader{}
-	e, path := newAccessEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := upgrader.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		for {
-			kind, msg, err := c.ReadMessage()
-			if err != nil {
-				return
-			}
-			if err := c.WriteMessage(kind, msg); err != nil {
-				return
-			}
-		}
-	}), "json")
+	origin := &echoorigin.WebSockets{}
+	t.Cleanup(origin.Close)
+	e, path := newAccessEnv(t, m, origin, "json")
 	dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
 	c, _, err := dialer.DialContext(t.Context(), "ws://"+e.Host+"/ws", nil)
 	if err != nil {

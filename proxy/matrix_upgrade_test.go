@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+
+	echoorigin "github.com/ebb-proxy/ebb/examples/echo"
 )
 
 // TestMatrixWebSocket opens a WebSocket through ebb from an HTTP/1.1
@@ -28,23 +30,11 @@ func TestMatrixWebSocket(t *testing.T) {
 			t.Parallel()
 			type seen struct{ proto, forwarded, xff string }
 			got := make(chan seen, 1)
-			upgrader := websocket.Upgrader{}
+			origin := &echoorigin.WebSockets{}
+			t.Cleanup(origin.Close)
 			e := newEnv(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				got <- seen{r.Header.Get("X-Forwarded-Proto"), strings.Join(r.Header.Values("Forwarded"), ","), r.Header.Get("X-Forwarded-For")}
-				c, err := upgrader.Upgrade(w, r, nil)
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				for {
-					kind, msg, err := c.ReadMessage()
-					if err != nil {
-						return
-					}
-					if err := c.WriteMessage(kind, msg); err != nil {
-						return
-					}
-				}
+				origin.ServeHTTP(w, r)
 			}))
 			dialer := websocket.Dialer{HandshakeTimeout: waitTimeout}
 			if m.TLS() {

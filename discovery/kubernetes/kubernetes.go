@@ -1,3 +1,9 @@
+// Package kubernetes is the discovery source of clusters that name a
+// Kubernetes Service: it watches the Service's EndpointSlices with
+// client-go and turns them into endpoint sets (ready endpoints, and those
+// still serving while they terminate). It stands apart from package
+// discovery so that client-go stays out of the data path: cmd/ebb plugs
+// it in (Use).
 package kubernetes
 
 import (

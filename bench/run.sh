@@ -2,7 +2,7 @@
 # bench/run.sh: ebb against nginx and HAProxy as reverse proxies, over
 # HTTP/1.1 and HTTP/2 (h2c), and ebb in front of a gRPC server.
 #
-# One run measures up to seven parts, each of one or more variants, with
+# One run measures up to eight parts, each of one or more variants, with
 # the rounds interleaved so that drift in the machine hits every proxy
 # alike. See bench/README.md for what the figures mean.
 #
@@ -14,6 +14,9 @@
 #         and h2load -c100 -m1: many connections, one stream each
 #   h2tls h2load over TLS (ALPN h2), 8 connections x 16 streams, 64-byte
 #         body; ebb, nginx, HAProxy
+#   h2up  h2load as in h2c, but h2c from the proxy to the origin too (an h2c
+#         listener of the origin nginx); ebb (protocol: h2c), nginx
+#         (grpc_pass), HAProxy (proto h2 server); not in the default PARTS
 #   idle  memory per idle HTTP/2 connection: bench/idle-h2 opens IDLE_CONNS
 #         h2c connections, one request each, and holds them; the proxy's
 #         VmRSS before and after, over the connections
@@ -84,6 +87,9 @@ GRPC_PORT=${GRPC_PORT:-18086}
 EBB_GRPC_PORT=${EBB_GRPC_PORT:-18087}
 NGINX_GRPC_PORT=${NGINX_GRPC_PORT:-18095}
 HAPROXY_GRPC_PORT=${HAPROXY_GRPC_PORT:-18096}
+ORIGIN_H2C_PORT=${ORIGIN_H2C_PORT:-18107}
+NGINX_H2UP_PORT=${NGINX_H2UP_PORT:-18108}
+HAPROXY_H2UP_PORT=${HAPROXY_H2UP_PORT:-18109}
 EBB_ADMIN_PORT=${EBB_ADMIN_PORT:-18089}
 KEEP_WORK=${KEEP_WORK:-0}
 
@@ -104,12 +110,12 @@ die() { log "FATAL: $*"; exit 1; }
 
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
-	case $part in h1 | h2c | h2tls | idle | idle-h1 | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, idle, idle-h1, grpc, slowloris)" ;; esac
+	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, grpc, slowloris)" ;; esac
 done
 ((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
 has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
 PARTS_RUN=""
-for part in h1 h2c h2tls idle idle-h1 grpc slowloris; do
+for part in h1 h2c h2tls h2up idle idle-h1 grpc slowloris; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
@@ -121,7 +127,7 @@ has_tracing() { has_proxy ebb-trace100 || has_proxy ebb-trace1; }
 
 TOOLS=(go nginx wrk curl taskset getconf pgrep)
 has_proxy haproxy && TOOLS+=(haproxy)
-if has_part h2c || has_part h2tls; then TOOLS+=(h2load); fi
+if has_part h2c || has_part h2tls || has_part h2up; then TOOLS+=(h2load); fi
 has_part h2tls && TOOLS+=(openssl)
 for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
@@ -339,6 +345,9 @@ declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_
 	[ebb-log]=$EBB_LOG_PORT [ebb-trace100]=$EBB_TRACE100_PORT [ebb-trace1]=$EBB_TRACE1_PORT)
 declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT [nginx]=$NGINX_GRPC_PORT [haproxy]=$HAPROXY_GRPC_PORT)
+# h2up: ebb and base serve it on their usual port (started with
+# ebb-h2up.yaml for it); nginx and HAProxy on a server of its own.
+declare -A H2UP_PORT=([ebb]=$EBB_PORT [base]=$BASE_PORT [nginx]=$NGINX_H2UP_PORT [haproxy]=$HAPROXY_H2UP_PORT)
 
 USED_PORTS=("$ORIGIN_PORT")
 for p in $PROXIES; do
@@ -357,6 +366,9 @@ has_part grpc && USED_PORTS+=("$GRPC_PORT")
 has_part grpc && has_proxy ebb && USED_PORTS+=("$EBB_GRPC_PORT")
 has_part grpc && has_proxy nginx && USED_PORTS+=("$NGINX_GRPC_PORT")
 has_part grpc && has_proxy haproxy && USED_PORTS+=("$HAPROXY_GRPC_PORT")
+has_part h2up && USED_PORTS+=("$ORIGIN_H2C_PORT")
+has_part h2up && has_proxy nginx && USED_PORTS+=("$NGINX_H2UP_PORT")
+has_part h2up && has_proxy haproxy && USED_PORTS+=("$HAPROXY_H2UP_PORT")
 for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
 	port_free "$port" || die "port $port on 127.0.0.1 is already in use"
 done
@@ -375,14 +387,16 @@ if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" |
 fi
 export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
 	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
-	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT GRPC_PORT OTLP_PORT \
+	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT ORIGIN_H2C_PORT GRPC_PORT OTLP_PORT \
 	EBB_PORT EBB_ADMIN_PORT EBB_TLS_PORT EBB_GRPC_PORT BASE_PORT BASE_ADMIN_PORT EBB_LOG_PORT EBB_LOG_ADMIN_PORT \
 	EBB_TRACE100_PORT EBB_TRACE100_ADMIN_PORT EBB_TRACE1_PORT EBB_TRACE1_ADMIN_PORT \
-	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT HAPROXY_PORT HAPROXY_H2C_PORT HAPROXY_TLS_PORT HAPROXY_GRPC_PORT
+	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT NGINX_H2UP_PORT \
+	HAPROXY_PORT HAPROXY_H2C_PORT HAPROXY_TLS_PORT HAPROXY_GRPC_PORT HAPROXY_H2UP_PORT
 "$HARNESS" configs || die "bench/harness could not write the configurations"
 
 # ---------------------------------------------------------------------------
-# Origin: nginx on CPU 1, 64-byte body on /, 64 KiB static file on /64k.
+# Origin: nginx on CPU 1, 64-byte body on /, 64 KiB static file on /64k
+# (for h2up over h2c too, on ORIGIN_H2C_PORT).
 # ---------------------------------------------------------------------------
 
 mkdir -p "$WORK/origin/html" "$WORK/origin/tmp"
@@ -396,6 +410,10 @@ start_origin() {
 	wait_port origin "$ORIGIN_PORT" "$WORK/origin/error.log"
 	check_body origin "$ORIGIN_PORT" / "$SMALL_BYTES"
 	check_body origin "$ORIGIN_PORT" /64k "$LARGE_BYTES"
+	if has_part h2up; then
+		check_h2c origin "$ORIGIN_H2C_PORT" / "$SMALL_BYTES"
+		check_h2c origin "$ORIGIN_H2C_PORT" /64k "$LARGE_BYTES"
+	fi
 	if has_part slowloris; then
 		local got
 		got=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code} %{size_download}' --data-binary xyz \
@@ -469,11 +487,14 @@ start_proxy() {
 		# limits.max_connections defaults to 20000: enough for idle-h1.
 		local conf=$WORK/ebb/ebb.yaml
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
+		[[ $v != h2up ]] || conf=$WORK/ebb/ebb-h2up.yaml
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
 		;;
 	base)
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$WORK/base/ebb.yaml" \
+		local conf=$WORK/base/ebb.yaml
+		[[ $v != h2up ]] || conf=$WORK/base/ebb-h2up.yaml
+		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$conf" \
 			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
 	ebb-log | ebb-trace100 | ebb-trace1)
@@ -561,7 +582,15 @@ peak_rss_kb() {
 target_port() {
 	case ${V_KIND[$1]} in
 	wrk) echo "${PORT[$2]}" ;;
-	h2load) if [[ ${V_SCHEME[$1]} == https ]]; then echo "${TLS_PORT[$2]}"; else echo "${H2C_PORT[$2]}"; fi ;;
+	h2load)
+		if [[ ${V_SCHEME[$1]} == https ]]; then
+			echo "${TLS_PORT[$2]}"
+		elif [[ $1 == h2up ]]; then
+			echo "${H2UP_PORT[$2]}"
+		else
+			echo "${H2C_PORT[$2]}"
+		fi
+		;;
 	grpc) echo "${GRPC_TARGET_PORT[$2]}" ;;
 	esac
 }
@@ -635,6 +664,19 @@ if has_part h2tls; then
 	V_STREAMS[h2tls]=$H2_STREAMS
 	V_LABEL[h2tls]="HTTP/2 over TLS, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
 	V_TARGETS[h2tls]=${t# }
+fi
+if has_part h2up; then
+	t=""
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${H2UP_PORT[$p]:-} ]] || t+=" $p"; done
+	[[ -n $t ]] || die "the h2up part needs ebb, nginx, haproxy or base in PROXIES"
+	VARIANTS+=(h2up)
+	V_KIND[h2up]=h2load
+	V_PATH[h2up]=/
+	V_SCHEME[h2up]=http
+	V_CONNS[h2up]=$H2_CONNS
+	V_STREAMS[h2up]=$H2_STREAMS
+	V_LABEL[h2up]="h2c to an h2c upstream, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
+	V_TARGETS[h2up]=${t# }
 fi
 if has_part grpc; then
 	for c in $GRPC_CONCURRENCY; do
@@ -905,7 +947,7 @@ GO_VERSION=$(go version | awk '{ print $3 }')
 NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
 WRK_VERSION=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')
 if has_proxy haproxy; then HAPROXY_VERSION=$(haproxy -v | awk 'NR == 1 { print $3 }'); fi
-if has_part h2c; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
+if has_part h2c || has_part h2up; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
 if has_part grpc; then
 	GRPC_VERSION=$(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')
 fi

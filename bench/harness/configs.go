@@ -95,25 +95,32 @@ func writeConfigs() error {
 // cap (it never closes the proxies' pooled connections), no access log,
 // a SMALL_BYTES body on /, a 64 KiB static file on /64k, and /slow for the
 // slowloris part's POSTs: an application reads the whole body before it
-// answers, where "return" would answer at once.
+// answers, where "return" would answer at once. For the h2up part a second
+// listener serves / and /64k over h2c (prior knowledge).
 func originNginx() peers.Nginx {
 	dir := work("origin")
 	origin := loopback("ORIGIN_PORT")
+	bodies := []peers.Location{
+		{Match: "= /", Return: strings.Repeat("x", envInt("SMALL_BYTES"))},
+		{Match: "= /64k", Root: filepath.Join(dir, "html")},
+	}
+	servers := []peers.Server{{
+		Listen:      origin,
+		DefaultType: "application/octet-stream",
+		Locations:   append(bodies, peers.Location{Match: "= /slow", BodyThenGet: "http://" + origin + "/"}),
+	}}
+	if parts()["h2up"] {
+		// The h2up part's upstream: the same bodies over h2c.
+		servers = append(servers, peers.Server{Listen: loopback("ORIGIN_H2C_PORT"), Proto: peers.H2C,
+			DefaultType: "application/octet-stream", Locations: bodies})
+	}
 	return peers.Nginx{
 		Dir: dir, TempDir: filepath.Join(dir, "tmp"),
 		ErrorLog: filepath.Join(dir, "error.log"), ErrorLevel: "warn",
 		WorkerConnections: 4096,
 		KeepaliveTimeout:  120 * time.Second, KeepaliveRequests: 1000000,
 		Sendfile: true,
-		Servers: []peers.Server{{
-			Listen:      origin,
-			DefaultType: "application/octet-stream",
-			Locations: []peers.Location{
-				{Match: "= /", Return: strings.Repeat("x", envInt("SMALL_BYTES"))},
-				{Match: "= /64k", Root: filepath.Join(dir, "html")},
-				{Match: "= /slow", BodyThenGet: "http://" + origin + "/"},
-			},
-		}},
+		Servers:  servers,
 	}
 }
 
@@ -123,12 +130,21 @@ func originNginx() peers.Nginx {
 // keepalive_requests is raised on both sides so that nginx, like ebb and
 // HAProxy, never closes a busy connection after 1000 requests (it also
 // caps requests per HTTP/2 connection). Responses that overflow the proxy
-// buffers (64 KiB) are streamed, not spooled to disk. The h2c, gRPC and
-// TLS servers are there only when their parts run.
+// buffers (64 KiB) are streamed, not spooled to disk. The h2c, gRPC,
+// TLS and h2up servers are there only when their parts run. nginx's only
+// HTTP/2 upstream is grpc_pass: meant for gRPC, it passes any request
+// (and answer) over HTTP/2, one stream per upstream connection, so the
+// h2up pool keeps as many idle connections as the h2c one.
 func proxyNginx(conns int) peers.Nginx {
 	dir := work("nginx")
 	pass := []peers.Location{{Match: "/", Pass: "origin", Stream: true}}
 	servers := []peers.Server{{Listen: loopback("NGINX_PORT"), Locations: pass}}
+	upstreams := []peers.Upstream{
+		{Name: "origin", Servers: []string{loopback("ORIGIN_PORT")},
+			Keepalive: 256, KeepaliveRequests: 1000000, KeepaliveTimeout: 60 * time.Second},
+		{Name: "grpc_origin", Servers: []string{loopback("GRPC_PORT")},
+			Keepalive: 64, KeepaliveRequests: 1000000},
+	}
 	run := parts()
 	if run["h2c"] || run["idle"] {
 		servers = append(servers, peers.Server{Listen: loopback("NGINX_H2C_PORT"), Proto: peers.H2C, Locations: pass})
@@ -141,24 +157,26 @@ func proxyNginx(conns int) peers.Nginx {
 		servers = append(servers, peers.Server{Listen: loopback("NGINX_TLS_PORT"), Proto: peers.TLS,
 			Cert: work("tls", "cert.pem"), Key: work("tls", "key.pem"), Locations: pass})
 	}
+	if run["h2up"] {
+		upstreams = append(upstreams, peers.Upstream{Name: "origin_h2c", Servers: []string{loopback("ORIGIN_H2C_PORT")},
+			Keepalive: 256, KeepaliveRequests: 1000000, KeepaliveTimeout: 60 * time.Second})
+		servers = append(servers, peers.Server{Listen: loopback("NGINX_H2UP_PORT"), Proto: peers.H2C,
+			Locations: []peers.Location{{Match: "/", Pass: "origin_h2c", GRPC: true}}})
+	}
 	return peers.Nginx{
 		Dir: dir, TempDir: filepath.Join(dir, "tmp"),
 		ErrorLog: filepath.Join(dir, "error.log"), ErrorLevel: "warn",
 		WorkerConnections: conns,
 		KeepaliveTimeout:  120 * time.Second, KeepaliveRequests: 1000000,
-		Upstreams: []peers.Upstream{
-			{Name: "origin", Servers: []string{loopback("ORIGIN_PORT")},
-				Keepalive: 256, KeepaliveRequests: 1000000, KeepaliveTimeout: 60 * time.Second},
-			{Name: "grpc_origin", Servers: []string{loopback("GRPC_PORT")},
-				Keepalive: 64, KeepaliveRequests: 1000000},
-		},
-		Servers: servers,
+		Upstreams: upstreams,
+		Servers:   servers,
 	}
 }
 
 // proxyHAProxy is HAProxy as a reverse proxy with room for conns
 // connections: one thread, HTTP mode, server connections reused across
-// requests, no logging. The wide copy, for idle-h1, also says "no
+// requests, no logging; for h2up, h2c to the origin's h2c listener. The
+// wide copy, for idle-h1, also says "no
 // strict-limits": idle client connections hold no server connection, so
 // one descriptor each is enough where HAProxy would want two.
 func proxyHAProxy(conns int, wide bool) peers.HAProxy {
@@ -180,6 +198,12 @@ func proxyHAProxy(conns int, wide bool) peers.HAProxy {
 		fronts = append(fronts, peers.Frontend{Name: "bench_h2tls",
 			Binds: []peers.Bind{{Addr: loopback("HAPROXY_TLS_PORT"), Proto: peers.TLS, Cert: work("tls", "haproxy.pem")}}, Backend: origin})
 	}
+	if run["h2up"] {
+		fronts = append(fronts, peers.Frontend{Name: "bench_h2up",
+			Binds: []peers.Bind{{Addr: loopback("HAPROXY_H2UP_PORT"), Proto: peers.H2C}}, Backend: "origin_h2c"})
+		backs = append(backs, peers.Backend{Name: "origin_h2c",
+			Servers: []peers.BackendServer{{Name: "origin", Addr: loopback("ORIGIN_H2C_PORT"), H2: true}}})
+	}
 	return peers.HAProxy{
 		Threads: 1, GlobalMaxConn: conns, MaxConn: conns, NoStrictLimits: wide,
 		KeepAlive: true, ReuseAlways: true,
@@ -197,7 +221,9 @@ func proxyHAProxy(conns int, wide bool) peers.HAProxy {
 // ebb: wrk and h2load send no traceparent; the batch span processor's
 // defaults hold, dropping what its queue has no room for, as in
 // production), each exporting to a bench/otlp-sink of its own. The base
-// build gets the plain configuration on its own ports.
+// build gets the plain configuration on its own ports. For h2up, ebb and
+// the base serve the same listener with a cluster of protocol h2c to the
+// origin's h2c listener (ebb-h2up.yaml).
 func ebbConfs() map[string]ebbConf {
 	origin := loopback("ORIGIN_PORT")
 	plain := func(admin, listen string) ebbConf {
@@ -215,6 +241,10 @@ func ebbConfs() map[string]ebbConf {
 	if env("BASE_ACCESS_LOG") != "1" {
 		base.AccessLog = nil
 	}
+	h2up := func(c ebbConf) ebbConf {
+		c.Protocol, c.Upstream = "h2c", loopback("ORIGIN_H2C_PORT")
+		return c
+	}
 	log := plain("EBB_LOG_ADMIN_PORT", "EBB_LOG_PORT")
 	log.AccessLog = &accessLog{Path: work("ebb-log", "access.log")}
 	trace100 := plain("EBB_TRACE100_ADMIN_PORT", "EBB_TRACE100_PORT")
@@ -227,7 +257,9 @@ func ebbConfs() map[string]ebbConf {
 		work("ebb", "ebb-grpc.yaml"): {Admin: loopback("EBB_ADMIN_PORT"),
 			Listeners: []ebbListener{{Name: "grpc", Addr: loopback("EBB_GRPC_PORT")}},
 			Cluster:   "grpc", Protocol: "h2c", Upstream: loopback("GRPC_PORT")},
+		work("ebb", "ebb-h2up.yaml"):     h2up(plain("EBB_ADMIN_PORT", "EBB_PORT")),
 		work("base", "ebb.yaml"):         base,
+		work("base", "ebb-h2up.yaml"):    h2up(base),
 		work("ebb-log", "ebb.yaml"):      log,
 		work("ebb-trace100", "ebb.yaml"): trace100,
 		work("ebb-trace1", "ebb.yaml"):   trace1,

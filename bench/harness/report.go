@@ -156,7 +156,7 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	if r.proxies["haproxy"] {
 		tools += ", HAProxy " + env("HAPROXY_VERSION")
 	}
-	if r.parts["h2c"] {
+	if r.parts["h2c"] || r.parts["h2up"] {
 		tools += ", h2load " + env("H2LOAD_VERSION")
 	}
 	if r.parts["grpc"] {
@@ -165,6 +165,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	p("- %s\n", tools)
 	p("- %s CPUs (%s), kernel %s\n", env("NCPU"), env("CPU_MODEL"), env("KERNEL"))
 	origins := "nginx"
+	if r.parts["h2up"] {
+		origins += ", HTTP/1.1; h2c for h2up"
+	}
 	if r.parts["grpc"] {
 		origins += "; the gRPC server for gRPC"
 	}
@@ -175,6 +178,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	}
 	if r.parts["h2tls"] {
 		loads += fmt.Sprintf(", `%s https://`", h2)
+	}
+	if r.parts["h2up"] && !r.parts["h2c"] {
+		loads += fmt.Sprintf(", `%s`", h2)
 	}
 	if r.parts["idle"] || r.parts["idle-h1"] {
 		loads += ", bench/idle-h2"
@@ -262,7 +268,7 @@ func (r *run) headlines(p func(string, ...any)) {
 	for _, v := range r.variants {
 		byName[v.name] = v
 	}
-	for _, name := range []string{"small", "h2c", "h2c-wide", "h2tls"} {
+	for _, name := range []string{"small", "h2c", "h2c-wide", "h2tls", "h2up"} {
 		v, ok := byName[name]
 		if !ok {
 			continue

@@ -6,32 +6,43 @@ import (
 	"testing"
 )
 
-// TestReport renders the report of a run kept with KEEP_WORK=1
-// (testdata/run: every part, every proxy and a base, PROFILE=1, two
-// rounds, so that medians fall between two figures) and compares it with
-// testdata/report.md.golden, the report bench/run.sh wrote of that same
-// run when it still rendered it with awk: the report has not changed in
-// a digit.
+// TestReport renders the reports of runs kept with KEEP_WORK=1 and
+// compares each with its golden file:
+//   - testdata/run (every part but h2up, every proxy and a base,
+//     PROFILE=1, two rounds, so that medians fall between two figures)
+//     against testdata/report.md.golden, the report bench/run.sh wrote of
+//     that same run when it still rendered it with awk: the report has not
+//     changed in a digit;
+//   - testdata/run-h2up (PARTS=h2up with a base, two rounds) against
+//     testdata/report-h2up.md.golden, the report that run wrote: the h2up
+//     table, its headline and the header of a run without h2c.
 func TestReport(t *testing.T) {
-	b, err := os.ReadFile("testdata/report.env")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range strings.Lines(string(b)) {
-		k, v, _ := strings.Cut(strings.TrimSuffix(l, "\n"), "\t")
-		t.Setenv(k, v)
-	}
-	t.Setenv("WORK", "testdata/run")
-	var got strings.Builder
-	if err := report(&got); err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile("testdata/report.md.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != string(want) {
-		t.Errorf("report:\n%s\nwant (testdata/report.md.golden):\n%s", got.String(), want)
+	for _, c := range []struct{ env, run, golden string }{
+		{"testdata/report.env", "testdata/run", "testdata/report.md.golden"},
+		{"testdata/report-h2up.env", "testdata/run-h2up", "testdata/report-h2up.md.golden"},
+	} {
+		t.Run(c.run, func(t *testing.T) {
+			b, err := os.ReadFile(c.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for l := range strings.Lines(string(b)) {
+				k, v, _ := strings.Cut(strings.TrimSuffix(l, "\n"), "\t")
+				t.Setenv(k, v)
+			}
+			t.Setenv("WORK", c.run)
+			var got strings.Builder
+			if err := report(&got); err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(c.golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != string(want) {
+				t.Errorf("report:\n%s\nwant (%s):\n%s", got.String(), c.golden, want)
+			}
+		})
 	}
 }
 

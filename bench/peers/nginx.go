@@ -61,7 +61,8 @@ type Location struct {
 	Match string // "/", "= /64k"
 
 	// Pass names the upstream group requests go to, over HTTP/1.1 with
-	// keep-alive (proxy_pass), or over gRPC when GRPC (grpc_pass).
+	// keep-alive (proxy_pass), or over HTTP/2 when GRPC (grpc_pass: made
+	// for gRPC, it carries plain requests as well).
 	Pass string
 	GRPC bool
 	// WebSocket passes Upgrade and Connection on (a map of $http_upgrade),

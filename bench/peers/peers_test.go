@@ -13,7 +13,9 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the templates render")
 
 // shapes are the configurations the callers write, in small: bench's
-// origin and proxies, the e2e WAF, the rolling-restart example's peers.
+// origin and proxies (every part's servers: the h2up part's h2c origin
+// and HTTP/2 upstreams among them), the e2e WAF, the rolling-restart
+// example's peers.
 var shapes = map[string]interface{ Render() ([]byte, error) }{
 	"nginx-origin.conf": Nginx{
 		Dir: "/w/origin", TempDir: "/w/origin/tmp", ErrorLog: "/w/origin/error.log", ErrorLevel: "warn",
@@ -22,6 +24,9 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 			{Match: "= /", Return: "xxxx"},
 			{Match: "= /64k", Root: "/w/origin/html"},
 			{Match: "= /slow", BodyThenGet: "http://127.0.0.1:18000/"},
+		}}, {Listen: "127.0.0.1:18107", Proto: H2C, DefaultType: "application/octet-stream", Locations: []Location{
+			{Match: "= /", Return: "xxxx"},
+			{Match: "= /64k", Root: "/w/origin/html"},
 		}}},
 	},
 	"nginx-proxy.conf": Nginx{
@@ -30,6 +35,7 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 		Upstreams: []Upstream{
 			{Name: "origin", Servers: []string{"127.0.0.1:18000"}, Keepalive: 256, KeepaliveRequests: 1000000, KeepaliveTimeout: time.Minute},
 			{Name: "grpc_origin", Servers: []string{"127.0.0.1:18086"}, Keepalive: 64, KeepaliveRequests: 1000000},
+			{Name: "origin_h2c", Servers: []string{"127.0.0.1:18107"}, Keepalive: 256, KeepaliveRequests: 1000000, KeepaliveTimeout: time.Minute},
 		},
 		Servers: []Server{
 			{Listen: "127.0.0.1:18081", Locations: []Location{{Match: "/", Pass: "origin", Stream: true}}},
@@ -37,6 +43,7 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 			{Listen: "127.0.0.1:18095", Proto: H2C, Locations: []Location{{Match: "/", Pass: "grpc_origin", GRPC: true}}},
 			{Listen: "127.0.0.1:18093", Proto: TLS, Cert: "/w/tls/cert.pem", Key: "/w/tls/key.pem",
 				Locations: []Location{{Match: "/", Pass: "origin", Stream: true}}},
+			{Listen: "127.0.0.1:18108", Proto: H2C, Locations: []Location{{Match: "/", Pass: "origin_h2c", GRPC: true}}},
 		},
 	},
 	"nginx-waf.conf": Nginx{
@@ -62,10 +69,12 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 			{Name: "bench", Binds: []Bind{{Addr: "127.0.0.1:18082"}}, Backend: "origin"},
 			{Name: "bench_grpc", Binds: []Bind{{Addr: "127.0.0.1:18096", Proto: H2C}}, Backend: "grpc_origin"},
 			{Name: "bench_h2tls", Binds: []Bind{{Addr: "127.0.0.1:18094", Proto: TLS, Cert: "/w/tls/haproxy.pem"}}, Backend: "origin"},
+			{Name: "bench_h2up", Binds: []Bind{{Addr: "127.0.0.1:18109", Proto: H2C}}, Backend: "origin_h2c"},
 		},
 		Backends: []Backend{
 			{Name: "origin", Servers: []BackendServer{{Name: "origin", Addr: "127.0.0.1:18000"}}},
 			{Name: "grpc_origin", Servers: []BackendServer{{Name: "grpc", Addr: "127.0.0.1:18086", H2: true}}},
+			{Name: "origin_h2c", Servers: []BackendServer{{Name: "origin", Addr: "127.0.0.1:18107", H2: true}}},
 		},
 	},
 	"haproxy-replica.cfg": HAProxy{

@@ -652,32 +652,25 @@ if has_part h2c; then
 	V_LABEL[h2c-wide]="h2c, $SMALL_BYTES-byte body, $H2_WIDE_CONNS connections x 1 stream"
 	V_TARGETS+=([h2c]=${t# } [h2c-wide]=${t# })
 fi
-if has_part h2tls; then
-	t=""
-	for p in "${PROXY_LIST[@]}"; do [[ -z ${TLS_PORT[$p]:-} ]] || t+=" $p"; done
-	[[ -n $t ]] || die "the h2tls part needs ebb, nginx or haproxy in PROXIES"
-	VARIANTS+=(h2tls)
-	V_KIND[h2tls]=h2load
-	V_PATH[h2tls]=/
-	V_SCHEME[h2tls]=https
-	V_CONNS[h2tls]=$H2_CONNS
-	V_STREAMS[h2tls]=$H2_STREAMS
-	V_LABEL[h2tls]="HTTP/2 over TLS, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
-	V_TARGETS[h2tls]=${t# }
-fi
-if has_part h2up; then
-	t=""
-	for p in "${PROXY_LIST[@]}"; do [[ -z ${H2UP_PORT[$p]:-} ]] || t+=" $p"; done
-	[[ -n $t ]] || die "the h2up part needs ebb, nginx, haproxy or base in PROXIES"
-	VARIANTS+=(h2up)
-	V_KIND[h2up]=h2load
-	V_PATH[h2up]=/
-	V_SCHEME[h2up]=http
-	V_CONNS[h2up]=$H2_CONNS
-	V_STREAMS[h2up]=$H2_STREAMS
-	V_LABEL[h2up]="h2c to an h2c upstream, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
-	V_TARGETS[h2up]=${t# }
-fi
+# h2load_variant NAME SCHEME TITLE PORTS WHO: a variant of h2load at
+# H2_CONNS x H2_STREAMS on /, measuring each proxy listed that has a port
+# in the associative array named PORTS (WHO says which may, for the error).
+h2load_variant() {
+	local v=$1 scheme=$2 title=$3 who=$5 p t=""
+	local -n ports=$4
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${ports[$p]:-} ]] || t+=" $p"; done
+	[[ -n $t ]] || die "the $v part needs $who in PROXIES"
+	VARIANTS+=("$v")
+	V_KIND[$v]=h2load
+	V_PATH[$v]=/
+	V_SCHEME[$v]=$scheme
+	V_CONNS[$v]=$H2_CONNS
+	V_STREAMS[$v]=$H2_STREAMS
+	V_LABEL[$v]="$title, $SMALL_BYTES-byte body, $H2_CONNS connections x $H2_STREAMS streams"
+	V_TARGETS[$v]=${t# }
+}
+if has_part h2tls; then h2load_variant h2tls https "HTTP/2 over TLS" TLS_PORT "ebb, nginx or haproxy"; fi
+if has_part h2up; then h2load_variant h2up http "h2c to an h2c upstream" H2UP_PORT "ebb, nginx, haproxy or base"; fi
 if has_part grpc; then
 	for c in $GRPC_CONCURRENCY; do
 		v=grpc-c$c

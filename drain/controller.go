@@ -402,20 +402,14 @@ func (r *run) stepTunnels(now time.Time) (time.Time, bool) {
 // closeIdle closes the HTTP/1 connections (and those that have not said
 // anything yet) that have been idle for drain.http1.idle_close past their
 // moment: it asks each one's reading goroutine, which sends a FIN if no
-// request has begun (downstream.Conn.CloseIfIdle). It returns when it must be called
-// next, or zero.
+// request has begun (downstream.Registry.CloseIdle). It returns when it
+// must be called next, or zero.
 func (r *run) closeIdle(now time.Time) time.Time {
 	ic := r.cfg.HTTP1.IdleClose
 	if r.Phase() < PhaseSignal || ic == config.Never {
 		return time.Time{}
 	}
-	var next time.Time
-	for _, c := range r.reg.Conns() {
-		if t := c.CloseIfIdle(now, time.Duration(ic)); !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
-	return next
+	return r.reg.CloseIdle(now, time.Duration(ic))
 }
 
 // exitCondition reports whether ebb may exit now, and why; if not, due is

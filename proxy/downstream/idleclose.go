@@ -88,6 +88,17 @@ func (c *Conn) CloseIfIdle(now time.Time, idleClose time.Duration) (again time.T
 	return now.Add(askAgain)
 }
 
+// CloseIdle runs CloseIfIdle on every open connection at now and returns
+// the earliest time one of them is to be looked at again, or zero.
+func (r *Registry) CloseIdle(now time.Time, idleClose time.Duration) (again time.Time) {
+	for _, c := range r.Conns() {
+		if at := c.CloseIfIdle(now, idleClose); !at.IsZero() && (again.IsZero() || at.Before(again)) {
+			again = at
+		}
+	}
+	return again
+}
+
 // aLongTimeAgo is a read deadline that has passed, and still has once a
 // skew is added: setting it cuts a blocked read short at once.
 var aLongTimeAgo = time.Unix(1, 0)

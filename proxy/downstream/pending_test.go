@@ -44,7 +44,7 @@ const idleCloseAfter = 20 * time.Millisecond
 // startIdleClosing plays the drain's controller for reg's connections from
 // now on, until the test ends: each has its close signal now, and the
 // idle close looks at them as the controller does (Registry.Watch,
-// Conn.CloseIfIdle) with an idle_close of idleCloseAfter.
+// Registry.CloseIdle) with an idle_close of idleCloseAfter.
 func startIdleClosing(t *testing.T, reg *Registry) {
 	now := time.Now()
 	reg.SignalArrivals()
@@ -65,13 +65,7 @@ func startIdleClosing(t *testing.T, reg *Registry) {
 			case <-changed:
 			case <-wake.C:
 			}
-			var next time.Time
-			for _, c := range reg.Conns() {
-				if at := c.CloseIfIdle(time.Now(), idleCloseAfter); !at.IsZero() && (next.IsZero() || at.Before(next)) {
-					next = at
-				}
-			}
-			if !next.IsZero() {
+			if next := reg.CloseIdle(time.Now(), idleCloseAfter); !next.IsZero() {
 				wake.Reset(time.Until(next))
 			}
 		}

@@ -125,6 +125,9 @@ type (
 // stack; a header with more takes the slow way, which is always right.
 const maxNames = 48
 
+// DelBytes is written once per header type, like the scans: through a type
+// parameter or an interface, fasthttp's iterator escapes and a delete
+// allocates (12 times, measured, for a header of five lines).
 func (h fastRequest) DelBytes(name []byte) {
 	var names [maxNames][]byte
 	n, first := 0, -1

@@ -12,6 +12,6 @@
 // drain (whether one runs, the close signal given to each connection and
 // passed on by its engine, the WebSocket and event-stream settings, the
 // counts of what it did), and the idle close is a handshake between the
-// controller (Registry.CloseIdle, Conn.CloseIfIdle) and the goroutine reading the connection
-// (idleclose.go).
+// controller (Registry.CloseIdle) and the goroutine reading the
+// connection (idleclose.go).
 package downstream

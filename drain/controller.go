@@ -225,7 +225,9 @@ func (c *Controller) Run(ctx context.Context) (Result, error) {
 	c.tl.begin(start, cause, d)
 	c.log.Info("drain started", "cause", cause, "connections", c.reg.Len(),
 		"delay", d.Delay.String(), "spread", d.Spread.String(), "timeout", d.Timeout.String())
-	r.enter(PhaseAnnounce)
+	// The announce phase began at the trigger, when /ready began to say
+	// 503 (Deadline), however late this goroutine runs.
+	r.enter(PhaseAnnounce, start)
 	if d.AcceptUntil == config.AcceptUntilImmediately {
 		c.srv.StopAccepting()
 	}
@@ -313,13 +315,12 @@ func (r *run) record(now time.Time, keep bool) Sample {
 	return s
 }
 
-// enter moves to phase p, marks it on the timeline and logs it with the
-// counts so far.
-func (r *run) enter(p Phase) {
+// enter moves to phase p, which began at at, marks it on the timeline and
+// logs it with the counts so far.
+func (r *run) enter(p Phase, at time.Time) {
 	r.reg.Stats.Phase.Store(int32(p))
-	now := time.Now()
-	r.tl.phase(p, now.Sub(r.start))
-	r.record(now, true)
+	r.tl.phase(p, at.Sub(r.start))
+	r.record(time.Now(), true)
 	st := &r.reg.Stats
 	r.log.Info("drain phase", "phase", p.String(), "since_trigger", time.Since(r.start).Round(time.Millisecond).String(),
 		"connections", r.reg.Len(), "in_flight", r.reg.Active(),
@@ -337,7 +338,7 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 		// The signal phase: every connection open now gets a moment,
 		// uniformly spread over the window in a random order; from now on,
 		// new connections get theirs at once (downstream.Registry.Track).
-		r.enter(PhaseSignal)
+		r.enter(PhaseSignal, now)
 		if d.AcceptUntil == config.AcceptUntilAfterDelay {
 			r.srv.StopAccepting()
 		}
@@ -365,7 +366,7 @@ func (r *run) step(now time.Time) (time.Time, bool) {
 		return end, true
 	}
 	r.queue = nil
-	r.enter(PhaseWait)
+	r.enter(PhaseWait, now)
 	return time.Time{}, false
 }
 
@@ -437,7 +438,7 @@ func (r *run) exitCondition(now time.Time) (reason Reason, ok bool, due time.Tim
 // finish closes what is left and ends the drain.
 func (r *run) finish(reason Reason) Result {
 	res := Result{Reason: reason}
-	r.enter(PhaseExit)
+	r.enter(PhaseExit, time.Now())
 	if !res.Clean() {
 		res.Forced = r.reg.Len()
 		r.reg.Stats.ForcedCloses.Add(int64(res.Forced))

@@ -49,6 +49,7 @@ var layers = map[string]int{
 	// The downstream connections, discovery and the telemetry pipeline,
 	// on the schema.
 	"proxy/downstream":         1,
+	"proxy/h2/wire":            1,
 	"config/internal/refgen":   1, // writes docs/CONFIGURATION.md from config
 	"discovery":                1,
 	"telemetry":                1,
@@ -86,7 +87,7 @@ var layers = map[string]int{
 var allowed = map[string][]string{
 	"github.com/valyala/fasthttp": {"proxy/headers", "proxy/upstream", "proxy/cluster", "proxy/h1", "proxy/h2",
 		"proxy/internal/enginetest", "proxy/proxytest", "bench/fasthttp-bare"},
-	"golang.org/x/net/http2": {"proxy/h2", "proxy/proxytest", "bench/idle-h2"},
+	"golang.org/x/net/http2": {"proxy/h2", "proxy/h2/wire", "proxy/h2client", "proxy/proxytest", "bench/idle-h2"},
 }
 
 // serverSide are net/http's server-side names: only the admin server,

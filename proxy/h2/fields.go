@@ -1,5 +1,5 @@
-// The checks of a request's fields and pseudo-header fields (RFC 9113
-// §8.2, §8.3.1): what makes a request malformed.
+// The checks of a request's pseudo-header fields (RFC 9113 §8.3.1); those
+// of regular fields, which both sides of HTTP/2 make, are package wire's.
 
 package h2
 
@@ -8,69 +8,6 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 )
-
-// checkField returns why a regular field makes a request malformed (RFC
-// 9113 §8.2), or "".
-func checkField(name, value string) string {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; 'A' <= c && c <= 'Z' {
-			return "upper-case field name"
-		}
-	}
-	if !httpguts.ValidHeaderFieldName(name) {
-		return "invalid field name"
-	}
-	if !httpguts.ValidHeaderFieldValue(value) {
-		return "invalid field value in " + name
-	}
-	// RFC 9113 §8.2.1: a value must not start or end with whitespace
-	// (HTTP/1.1's parsers would trim it, so two hops would disagree).
-	if n := len(value); n > 0 && (isSpace(value[0]) || isSpace(value[n-1])) {
-		return "whitespace around the value of " + name
-	}
-	if connectionSpecific(name) {
-		return "connection-specific field " + name
-	}
-	if name == "te" && value != "trailers" {
-		return "te other than trailers"
-	}
-	return ""
-}
-
-// isSpace reports whether b is whitespace a field value may hold inside
-// it but not at its ends (SP, HTAB: RFC 9110 §5.5).
-func isSpace(b byte) bool { return b == ' ' || b == '\t' }
-
-func parseLength(s string) (int64, bool) {
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-func asciiEqualFold(s, t string) bool {
-	if len(s) != len(t) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		a, b := s[i], t[i]
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if a != b {
-			return false
-		}
-	}
-	return true
-}
 
 // setPseudo checks the request's pseudo-header fields (RFC 9113 §8.3.1)
 // and keeps them; it returns why they are malformed, or "".

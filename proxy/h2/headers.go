@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
@@ -192,32 +193,32 @@ func (c *Conn) emit(f hpack.HeaderField) {
 			return
 		}
 		st.pseudoSeen |= bit
-		st.pseudo.add(f.Name, f.Value)
+		st.pseudo.Add(f.Name, f.Value)
 		return
 	}
 	c.sawRegular = true
-	if why := checkField(f.Name, f.Value); why != "" {
+	if why := wire.CheckField(f.Name, f.Value); why != "" {
 		st.malformed = why
 		return
 	}
 	if st.inTrailers {
-		st.trailers.add(f.Name, f.Value)
+		st.trailers.Add(f.Name, f.Value)
 		return
 	}
 	switch f.Name {
 	case "content-length":
-		n, ok := parseLength(f.Value)
+		n, ok := wire.ParseLength(f.Value)
 		if !ok || st.contentLength >= 0 && st.contentLength != n {
 			st.malformed = "invalid content-length"
 			return
 		}
 		st.contentLength = n
 	case "expect":
-		if asciiEqualFold(f.Value, "100-continue") {
+		if wire.EqualFoldLower(f.Value, "100-continue") {
 			st.expectContinue = true
 		}
 	}
-	st.fields.add(f.Name, f.Value)
+	st.fields.Add(f.Name, f.Value)
 }
 
 // newStream makes the stream a HEADERS frame opens.
@@ -282,8 +283,8 @@ func (c *Conn) endRequest(st *Stream) error {
 	}
 	if st.tooLarge {
 		// Answered here: the handler would see a truncated request.
-		st.hq = appendStatus(st.hq, 431)
-		st.hq = appendField(st.hq, []byte("content-length"), "0")
+		st.hq = wire.AppendStatus(st.hq, 431)
+		st.hq = wire.AppendField(st.hq, []byte("content-length"), "0")
 		st.hqItems = append(st.hqItems, headerItem{n: len(st.hq), end: true})
 		st.finalSent, st.outEnd, st.handlerDone = true, true, true
 		st.rstWanted = !st.remoteClosed

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ebb-proxy/ebb/proxy/forward"
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 	"github.com/ebb-proxy/ebb/proxy/route"
@@ -130,7 +131,7 @@ func (c *call) prepareH1(hop headers.Hop, announced bool) {
 // §6.6.2: the Trailer field is optional). fasthttp refuses the names
 // HTTP/1.1 forbids in trailers (framing, routing, authentication, …):
 // those are dropped.
-func addTrailersH1(h *fasthttp.RequestHeader, t *fieldList) {
+func addTrailersH1(h *fasthttp.RequestHeader, t *wire.FieldList) {
 	for i := range t.Len() {
 		name, value := t.At(i)
 		if h.AddTrailerBytes(name) == nil {
@@ -232,7 +233,7 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 
 // addTrailers adds the client's trailers t to dst (made if nil and
 // needed), which it returns, but for the names trailerAllowed refuses.
-func addTrailers(dst http.Header, t *fieldList) http.Header {
+func addTrailers(dst http.Header, t *wire.FieldList) http.Header {
 	for i := range t.Len() {
 		name, value := t.At(i)
 		if !trailerAllowed(name) {
@@ -253,7 +254,7 @@ func addTrailers(dst http.Header, t *fieldList) http.Header {
 // message's own (net/http's Transport fails the request for some).
 func trailerAllowed(name []byte) bool {
 	var tmp [32]byte
-	switch string(lower(tmp[:0], name)) {
+	switch string(wire.Lower(tmp[:0], name)) {
 	case "", "content-length", "host", "trailer", "transfer-encoding":
 		return false
 	}

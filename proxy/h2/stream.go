@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
@@ -44,16 +45,16 @@ type Stream struct {
 
 	// The request, set by the read loop before the handler runs.
 	method, scheme, authority, path []byte
-	fields                          fieldList // regular fields, in order
-	contentLength                   int64     // -1: unknown
+	fields                          wire.FieldList // regular fields, in order
+	contentLength                   int64          // -1: unknown
 	expectContinue                  bool
-	pseudo                          fieldList // the pseudo-header fields, validated when complete
+	pseudo                          wire.FieldList // the pseudo-header fields, validated when complete
 	pseudoSeen                      uint8
 	hasBody                         bool
-	tooLarge                        bool      // the block exceeded limits.max_header_bytes
-	malformed                       string    // why the request is malformed (RFC 9113 §8.1.1), if it is
-	trailers                        fieldList // the request's trailers, once its body has ended
-	inTrailers                      bool      // the block being decoded is the trailers
+	tooLarge                        bool           // the block exceeded limits.max_header_bytes
+	malformed                       string         // why the request is malformed (RFC 9113 §8.1.1), if it is
+	trailers                        wire.FieldList // the request's trailers, once its body has ended
+	inTrailers                      bool           // the block being decoded is the trailers
 
 	// The stream as its context (see streamContext): cancelled is set,
 	// under c.mu, when the stream is reset or its handler has returned.
@@ -125,7 +126,7 @@ func (st *Stream) Authority() []byte { return st.authority }
 func (st *Stream) Path() []byte { return st.path }
 
 // Fields returns the request's regular fields (names in lower case).
-func (st *Stream) Fields() *fieldList { return &st.fields }
+func (st *Stream) Fields() *wire.FieldList { return &st.fields }
 
 // ContentLength returns the request's content-length, or -1.
 func (st *Stream) ContentLength() int64 { return st.contentLength }
@@ -144,7 +145,7 @@ func (st *Stream) Context() context.Context { return (*streamContext)(st) }
 
 // Trailers returns the request's trailers; valid once Read has returned
 // io.EOF.
-func (st *Stream) Trailers() *fieldList { return &st.trailers }
+func (st *Stream) Trailers() *wire.FieldList { return &st.trailers }
 
 // Read reads the request body. It returns io.EOF at its end (with the
 // last bytes when they are there), and
@@ -160,7 +161,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 			// The client waits for a 100 before it sends the body.
 			st.continued = true
 			n0 := len(st.hq)
-			st.hq = appendStatus(st.hq, 100)
+			st.hq = wire.AppendStatus(st.hq, 100)
 			st.hqItems = append(st.hqItems, headerItem{n: len(st.hq) - n0})
 			c.queueLocked(st)
 		}
@@ -215,11 +216,11 @@ func (st *Stream) AddHeaderString(name, value string) { addHeader(st, name, valu
 
 func addHeader[S string | []byte](st *Stream, name, value S) {
 	var tmp [64]byte
-	lname := lower(tmp[:0], name)
-	if len(lname) == 0 || lname[0] == ':' || connectionSpecific(lname) {
+	lname := wire.Lower(tmp[:0], name)
+	if len(lname) == 0 || lname[0] == ':' || wire.ConnectionSpecific(lname) {
 		return
 	}
-	st.hb = appendField(st.hb, lname, value)
+	st.hb = wire.AppendField(st.hb, lname, value)
 }
 
 // WriteHeader queues the response's header block with status: the
@@ -238,7 +239,7 @@ func (st *Stream) WriteHeader(status int, end bool) error {
 		return errHeadersSent
 	}
 	n := len(st.hq)
-	st.hq = appendStatus(st.hq, status)
+	st.hq = wire.AppendStatus(st.hq, status)
 	st.hq = append(st.hq, st.hb...)
 	st.hb = st.hb[:0]
 	final := status >= 200
@@ -322,14 +323,14 @@ func (st *Stream) Interim(status int, fields [][2]string) {
 	if status < 100 || status >= 200 || status == 101 {
 		return
 	}
-	blk := appendStatus(nil, status)
+	blk := wire.AppendStatus(nil, status)
 	var tmp [64]byte
 	for _, f := range fields {
-		name := lower(tmp[:0], f[0])
-		if len(name) == 0 || name[0] == ':' || connectionSpecific(name) {
+		name := wire.Lower(tmp[:0], f[0])
+		if len(name) == 0 || name[0] == ':' || wire.ConnectionSpecific(name) {
 			continue
 		}
-		blk = appendField(blk, name, f[1])
+		blk = wire.AppendField(blk, name, f[1])
 	}
 	c := st.c
 	c.mu.Lock()
@@ -481,9 +482,9 @@ func (st *Stream) clear() {
 	if cap(out) > bufKeep {
 		out = nil
 	}
-	fields.reset()
-	pseudo.reset()
-	trailers.reset()
+	fields.Reset()
+	pseudo.Reset()
+	trailers.Reset()
 	*st = Stream{fields: fields, pseudo: pseudo, trailers: trailers, hq: hq, hqItems: hqItems,
 		trailerBlk: trailerBlk, hb: hb, in: in, out: out, stopWatch: stop}
 }

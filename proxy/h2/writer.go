@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 )
 
 // pendWriter appends the frames wfr writes to c.pend; it runs with c.mu
@@ -194,12 +196,7 @@ func (c *Conn) writeBlockLocked(id uint32, blk []byte, end bool) {
 		// The first block says the dynamic table is empty and stays so.
 		c.sentTableSize = true
 		b := make([]byte, 0, len(blk)+1)
-		blk = append(append(b, tableSizeZero), blk...)
+		blk = append(append(b, wire.TableSizeZero), blk...)
 	}
-	n := min(len(blk), c.peerFrame)
-	_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk[:n], EndStream: end, EndHeaders: n == len(blk)})
-	for blk = blk[n:]; len(blk) > 0; blk = blk[n:] {
-		n = min(len(blk), c.peerFrame)
-		_ = c.wfr.WriteContinuation(id, n == len(blk), blk[:n])
-	}
+	wire.WriteBlock(c.wfr, id, blk, end, c.peerFrame)
 }

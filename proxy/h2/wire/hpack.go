@@ -1,17 +1,22 @@
-package h2
+package wire
 
-import "strconv"
+import (
+	"strconv"
 
-// The response side's HPACK encoding is stateless, as HAProxy's is: every
-// field is a literal "without indexing" (RFC 7541 §6.2.2), naming the
-// static table's entry when it has the name, and values go as they are,
-// without Huffman coding. The dynamic table is never used, so header
-// blocks can be encoded on any goroutine in any order (no shared encoder
-// state to keep in step with the order frames are written in), nothing is
-// stored per connection, and encoding is a copy. The first block of a
-// connection announces a dynamic table of size 0 (§6.3), which is true
-// whatever SETTINGS_HEADER_TABLE_SIZE the client chooses. Requests are
-// decoded by x/net's hpack.Decoder, which keeps the client's table.
+	"golang.org/x/net/http2"
+)
+
+// ebb's HPACK encoding is stateless, as HAProxy's is, on both sides (the
+// server's responses, the client's requests): every field is a literal
+// "without indexing" (RFC 7541 §6.2.2), naming the static table's entry
+// when it has the name, and values go as they are, without Huffman coding.
+// The dynamic table is never used, so header blocks can be encoded on any
+// goroutine in any order (no shared encoder state to keep in step with the
+// order frames are written in), nothing is stored per connection, and
+// encoding is a copy. The first block of a connection announces a dynamic
+// table of size 0 (§6.3), which is true whatever SETTINGS_HEADER_TABLE_SIZE
+// the peer chooses. What the peer sends is decoded by x/net's
+// hpack.Decoder, which keeps the peer's table.
 
 // staticNames maps the names of RFC 7541's static table (Appendix A) to
 // the index of their first entry.
@@ -35,12 +40,12 @@ var staticNames = map[string]uint8{
 // staticStatus holds the static table's complete ":status" entries.
 var staticStatus = map[int]byte{200: 8, 204: 9, 206: 10, 304: 11, 400: 12, 404: 13, 500: 14}
 
-// tableSizeZero is a dynamic table size update to 0 (RFC 7541 §6.3).
-const tableSizeZero = 0x20
+// TableSizeZero is a dynamic table size update to 0 (RFC 7541 §6.3).
+const TableSizeZero = 0x20
 
-// appendInt appends i with an n-bit prefix whose other bits are first
+// AppendInt appends i with an n-bit prefix whose other bits are first
 // (RFC 7541 §5.1).
-func appendInt(dst []byte, first byte, n uint, i uint64) []byte {
+func AppendInt(dst []byte, first byte, n uint, i uint64) []byte {
 	limit := uint64(1)<<n - 1
 	if i < limit {
 		return append(dst, first|byte(i))
@@ -54,37 +59,37 @@ func appendInt(dst []byte, first byte, n uint, i uint64) []byte {
 	return append(dst, byte(i))
 }
 
-// appendString appends a string literal, not Huffman-coded (§5.2).
-func appendString[S string | []byte](dst []byte, s S) []byte {
-	dst = appendInt(dst, 0, 7, uint64(len(s)))
+// AppendString appends a string literal, not Huffman-coded (§5.2).
+func AppendString[S string | []byte](dst []byte, s S) []byte {
+	dst = AppendInt(dst, 0, 7, uint64(len(s)))
 	return append(dst, s...)
 }
 
-// appendStatus appends the ":status" field.
-func appendStatus(dst []byte, status int) []byte {
+// AppendStatus appends the ":status" field.
+func AppendStatus(dst []byte, status int) []byte {
 	if idx, ok := staticStatus[status]; ok {
 		return append(dst, 0x80|idx) // indexed (§6.1)
 	}
-	dst = appendInt(dst, 0, 4, 8)
+	dst = AppendInt(dst, 0, 4, 8)
 	var b [8]byte
-	return appendString(dst, strconv.AppendInt(b[:0], int64(status), 10))
+	return AppendString(dst, strconv.AppendInt(b[:0], int64(status), 10))
 }
 
-// appendField appends a literal field without indexing. name must be in
+// AppendField appends a literal field without indexing. name must be in
 // lower case already.
-func appendField[S string | []byte](dst, name []byte, value S) []byte {
+func AppendField[S string | []byte](dst, name []byte, value S) []byte {
 	if idx, ok := staticNames[string(name)]; ok {
-		dst = appendInt(dst, 0, 4, uint64(idx))
+		dst = AppendInt(dst, 0, 4, uint64(idx))
 	} else {
 		dst = append(dst, 0)
-		dst = appendString(dst, name)
+		dst = AppendString(dst, name)
 	}
-	return appendString(dst, value)
+	return AppendString(dst, value)
 }
 
-// connectionSpecific reports whether a lower-case name is one of the
+// ConnectionSpecific reports whether a lower-case name is one of the
 // fields HTTP/2 forbids (RFC 9113 §8.2.2).
-func connectionSpecific[S string | []byte](name S) bool {
+func ConnectionSpecific[S string | []byte](name S) bool {
 	switch string(name) {
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		return true
@@ -92,8 +97,8 @@ func connectionSpecific[S string | []byte](name S) bool {
 	return false
 }
 
-// lower appends name in lower case.
-func lower[S string | []byte](dst []byte, name S) []byte {
+// Lower appends name in lower case.
+func Lower[S string | []byte](dst []byte, name S) []byte {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if 'A' <= c && c <= 'Z' {
@@ -104,10 +109,10 @@ func lower[S string | []byte](dst []byte, name S) []byte {
 	return dst
 }
 
-// fieldList holds the fields of a header block as decoded: names and
+// FieldList holds the fields of a header block as decoded: names and
 // values back to back in one arena, so that decoding a request allocates
 // nothing once the arena has grown.
-type fieldList struct {
+type FieldList struct {
 	arena []byte
 	ends  []fieldEnds
 }
@@ -116,12 +121,14 @@ type fieldList struct {
 // starts where the one before it ended.
 type fieldEnds struct{ name, value uint32 }
 
-func (l *fieldList) reset() {
+// Reset empties the list, keeping its memory.
+func (l *FieldList) Reset() {
 	l.arena = l.arena[:0]
 	l.ends = l.ends[:0]
 }
 
-func (l *fieldList) add(name, value string) {
+// Add appends a field.
+func (l *FieldList) Add(name, value string) {
 	l.arena = append(l.arena, name...)
 	n := uint32(len(l.arena))
 	l.arena = append(l.arena, value...)
@@ -129,10 +136,10 @@ func (l *fieldList) add(name, value string) {
 }
 
 // Len is the number of fields.
-func (l *fieldList) Len() int { return len(l.ends) }
+func (l *FieldList) Len() int { return len(l.ends) }
 
 // At returns the i-th field. The slices are valid as long as the list.
-func (l *fieldList) At(i int) (name, value []byte) {
+func (l *FieldList) At(i int) (name, value []byte) {
 	start := uint32(0)
 	if i > 0 {
 		start = l.ends[i-1].value
@@ -142,11 +149,24 @@ func (l *fieldList) At(i int) (name, value []byte) {
 }
 
 // Get returns the value of the first field named name, or nil.
-func (l *fieldList) Get(name string) []byte {
+func (l *FieldList) Get(name string) []byte {
 	for i := range l.ends {
 		if k, v := l.At(i); string(k) == name {
 			return v
 		}
 	}
 	return nil
+}
+
+// WriteBlock frames a header block of stream id with fr: HEADERS, then
+// CONTINUATION frames if the block is larger than maxFrame, the peer's
+// SETTINGS_MAX_FRAME_SIZE. fr writes into a buffer, whose writes do not
+// fail.
+func WriteBlock(fr *http2.Framer, id uint32, blk []byte, end bool, maxFrame int) {
+	n := min(len(blk), maxFrame)
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk[:n], EndStream: end, EndHeaders: n == len(blk)})
+	for blk = blk[n:]; len(blk) > 0; blk = blk[n:] {
+		n = min(len(blk), maxFrame)
+		_ = fr.WriteContinuation(id, n == len(blk), blk[:n])
+	}
 }

@@ -69,6 +69,7 @@ var layers = map[string]int{
 	"proxy/proxytest":      3,
 	// The data path, upwards.
 	"proxy/metrics":             3,
+	"proxy/h2client":            3,
 	"proxy/cluster":             4,
 	"proxy/route":               5,
 	"proxy/forward":             6,

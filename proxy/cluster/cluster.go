@@ -20,6 +20,7 @@ import (
 	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/discovery"
 	"github.com/ebb-proxy/ebb/proxy/downstream"
+	"github.com/ebb-proxy/ebb/proxy/h2client"
 	"github.com/ebb-proxy/ebb/proxy/metrics"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
@@ -34,8 +35,10 @@ type Endpoint struct {
 	inflight atomic.Int64
 	removed  atomic.Bool // discovery no longer lists it
 	health   health
-	rt       upstream.H1     // http1 clusters
-	ht       *http.Transport // h2c, h2 and auto clusters
+	rt       upstream.H1    // http1 clusters
+	h2       *h2client.Pool // h2c and h2 clusters
+	h2dial   func(context.Context) (net.Conn, error)
+	ht       *http.Transport // auto clusters
 	dialer   *net.Dialer
 }
 
@@ -55,6 +58,10 @@ func (ep *Endpoint) Release() {
 // closeIdle closes the endpoint's idle upstream connections; those busy
 // finish their requests (HTTP/2 ones their streams) first.
 func (ep *Endpoint) closeIdle() {
+	if ep.h2 != nil {
+		ep.h2.CloseIdle()
+		return
+	}
 	if ep.ht != nil {
 		ep.ht.CloseIdleConnections()
 		return
@@ -220,7 +227,11 @@ func (c *Cluster) setEndpoints(set discovery.Set) {
 
 func (c *Cluster) newEndpoint(addr string) *Endpoint {
 	ep := &Endpoint{addr: addr, dialer: &net.Dialer{Timeout: c.cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}}
-	if c.netHTTP {
+	switch c.cfg.Protocol {
+	case config.ProtocolH2C, config.ProtocolH2:
+		ep.h2 = h2client.NewPool(c.h2Config(ep))
+		return ep
+	case config.ProtocolAuto:
 		ep.ht = upstream.NewHTTPTransport(c.cfg, c.tls, func(ctx context.Context) (net.Conn, error) {
 			return c.dialContext(ctx, ep)
 		})

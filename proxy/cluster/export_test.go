@@ -16,6 +16,12 @@ type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 // cluster; wrap is given each endpoint's address and its dial.
 func WrapDials(c *Cluster, wrap func(ep string, next DialFunc) DialFunc) {
 	for _, ep := range *c.endpoints.Load() {
+		if ep.h2 != nil {
+			next := ep.h2dial
+			f := wrap(ep.addr, func(ctx context.Context, _, _ string) (net.Conn, error) { return next(ctx) })
+			ep.h2dial = func(ctx context.Context) (net.Conn, error) { return f(ctx, "tcp", ep.addr) }
+			continue
+		}
 		ep.ht.DialContext = wrap(ep.addr, ep.ht.DialContext)
 	}
 }

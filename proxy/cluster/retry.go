@@ -190,13 +190,27 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 			out = redirect(ctx, out, ep, keep)
 		}
 		var cause context.Context
-		out, cause = upstream.ResendOnce(out, a, idempotent, h2)
+		if ep.h2 != nil {
+			// ebb's own HTTP/2 client sends nothing again by itself.
+			out.Body = nil
+			if a != nil {
+				out.Body = a
+			}
+		} else {
+			out, cause = upstream.ResendOnce(out, a, idempotent, h2)
+		}
 		var span trace.Span
 		if trip.Tracer != nil {
 			span = trip.Tracer.StartAttempt(trip.Ctx, propagation.HeaderCarrier(out.Header), out.Method, c.name, ep.addr, attempt)
 		}
 		sent := time.Now()
-		resp, err := ep.ht.RoundTrip(out)
+		var resp *http.Response
+		var err error
+		if ep.h2 != nil {
+			resp, err = ep.h2.RoundTrip(out)
+		} else {
+			resp, err = ep.ht.RoundTrip(out)
+		}
 		c.metrics.Attempt(time.Since(sent))
 		if err == nil {
 			if bad := upstream.CheckHTTPResponse(resp); bad != nil {

@@ -5,19 +5,12 @@ package wire
 
 import "golang.org/x/net/http/httpguts"
 
-// CheckField returns why a regular field makes a message malformed (RFC
-// 9113 §8.2), or "".
+// CheckField returns why a regular field makes a request malformed (RFC
+// 9113 §8.2), or "": ValidField's reasons, whitespace around the value,
+// a connection-specific field, a te other than trailers.
 func CheckField(name, value string) string {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; 'A' <= c && c <= 'Z' {
-			return "upper-case field name"
-		}
-	}
-	if !httpguts.ValidHeaderFieldName(name) {
-		return "invalid field name"
-	}
-	if !httpguts.ValidHeaderFieldValue(value) {
-		return "invalid field value in " + name
+	if why := ValidField(name, value); why != "" {
+		return why
 	}
 	// RFC 9113 §8.2.1: a value must not start or end with whitespace
 	// (HTTP/1.1's parsers would trim it, so two hops would disagree).
@@ -29,6 +22,27 @@ func CheckField(name, value string) string {
 	}
 	if name == "te" && value != "trailers" {
 		return "te other than trailers"
+	}
+	return ""
+}
+
+// ValidField returns why a field cannot be relayed at all, or "": a name
+// in upper case or that is no token, a value with characters no field
+// may hold. The client side holds a response to this much only, as
+// net/http's did: servers in use send connection-specific fields (Go's
+// sends Keep-Alive when its handler sets it), which the header rules
+// drop, and values with whitespace around them, which HTTP/1.1 trims.
+func ValidField(name, value string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' {
+			return "upper-case field name"
+		}
+	}
+	if !httpguts.ValidHeaderFieldName(name) {
+		return "invalid field name"
+	}
+	if !httpguts.ValidHeaderFieldValue(value) {
+		return "invalid field value in " + name
 	}
 	return ""
 }

@@ -1,0 +1,71 @@
+// The connection's writer: it writes what the other goroutines framed
+// into the connection's output buffer, batch by batch.
+
+package h2client
+
+import "time"
+
+// wakeLocked wakes the writer for what was just queued.
+func (c *conn) wakeLocked() {
+	if c.writerIdle {
+		c.writerIdle = false
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writeLoop is the connection's writer: everything queued since its last
+// write goes in one system call.
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	for {
+		c.mu.Lock()
+		for len(c.pend) == 0 && !c.wclose {
+			c.writerIdle = true
+			c.mu.Unlock()
+			<-c.wake
+			c.mu.Lock()
+		}
+		if len(c.pend) == 0 {
+			graceful := c.err == errPoolClosed
+			c.mu.Unlock()
+			c.endWrites(graceful)
+			return
+		}
+		buf := c.pend
+		c.pend, c.spare = c.spare[:0], nil
+		timeout := writeTimeout
+		if c.wclose {
+			timeout = closeLinger
+		}
+		c.wcond.Broadcast() // writers waiting for room in pend
+		c.mu.Unlock()
+		_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		if cap(buf) <= 2*maxBatch {
+			c.spare = buf[:0]
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.fail(err)
+		}
+	}
+}
+
+// endWrites ends the connection's sending side once the writer is done:
+// half-closing it after a graceful GOAWAY, and giving the upstream a
+// moment to close first, so that nothing it sent crosses a close;
+// closing it otherwise.
+func (c *conn) endWrites(graceful bool) {
+	if !graceful {
+		c.nc.Close()
+		return
+	}
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(closeLinger))
+}

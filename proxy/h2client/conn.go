@@ -91,6 +91,7 @@ type conn struct {
 	pingOut       bool
 	pingAt        time.Time
 	pingData      [8]byte
+	control       int         // bytes of control frames in pend
 	toRelease     int         // slots to give back to the pool at unlock
 	toClose       []io.Closer // request bodies to close at unlock
 }
@@ -321,13 +322,14 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	c.mu.Lock()
 	defer c.unlock()
 	_ = c.wfr.WriteSettingsAck()
-	return c.controlLocked()
+	return c.controlLocked(9)
 }
 
-// controlLocked wakes the writer for a control frame just queued, and
-// ends the connection if the peer lets them pile up.
-func (c *conn) controlLocked() error {
-	if len(c.pend) > maxControl {
+// controlLocked wakes the writer for a control frame of n bytes just
+// queued, and ends the connection if the peer lets them pile up.
+func (c *conn) controlLocked(n int) error {
+	c.control += n
+	if c.control > maxControl {
 		return connError{http2.ErrCodeEnhanceYourCalm, "control frames sent faster than their answers are read"}
 	}
 	c.wakeLocked()
@@ -344,7 +346,7 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 		return nil
 	}
 	_ = c.wfr.WritePing(true, f.Data)
-	return c.controlLocked()
+	return c.controlLocked(17)
 }
 
 // onGoAway: no new stream goes on the connection; those above the last

@@ -163,7 +163,7 @@ func (b *headerBlock) finishLocked() func(int, *wire.FieldList) {
 		c.resetLocked(st, http2.ErrCodeProtocol, &upstream.Error{Kind: upstream.KindInvalid, Err: errors.New(bad)})
 		return nil
 	}
-	st.status, st.contentLength, st.gotHead = b.status, b.length, true
+	st.status, st.contentLength, st.gotHead, st.headEnded = b.status, b.length, true, b.end
 	if b.end {
 		c.endRemoteLocked(st)
 		return nil

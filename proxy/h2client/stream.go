@@ -51,6 +51,7 @@ type Stream struct {
 	// Guarded by c.mu.
 	readyClosed   bool
 	gotHead       bool
+	headEnded     bool // the response ended with its head
 	status        int
 	contentLength int64
 	header        wire.FieldList // written by the read loop until ready
@@ -276,12 +277,9 @@ func (st *Stream) Header() *wire.FieldList { return &st.header }
 // ContentLength returns the response's content-length, or -1.
 func (st *Stream) ContentLength() int64 { return st.contentLength }
 
-// Ended reports whether the response ended with its head (no body).
-func (st *Stream) Ended() bool {
-	st.c.mu.Lock()
-	defer st.c.unlock()
-	return st.remoteClosed && len(st.buf) == st.off
-}
+// Ended reports whether the response ended with its head: no body, no
+// trailers.
+func (st *Stream) Ended() bool { return st.headEnded }
 
 // Trailer returns the response's trailers, valid once Read returned
 // io.EOF, until Close.

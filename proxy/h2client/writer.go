@@ -36,6 +36,7 @@ func (c *conn) writeLoop() {
 		}
 		buf := c.pend
 		c.pend, c.spare = c.spare[:0], nil
+		c.control = 0
 		timeout := writeTimeout
 		if c.wclose {
 			timeout = closeLinger

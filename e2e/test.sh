@@ -19,7 +19,7 @@ go test -race -count=1 -timeout 14m ./...
 # coordinator can fail a target with "context deadline exceeded" when
 # -fuzztime ends while a worker is still on an input, with no failing input
 # behind it (go.dev/issue/75804, fixed in Go 1.27).
-for target in config:FuzzLoad proxy/downstream:FuzzPeek proxy/headers:FuzzRequestRules proxy/paths:FuzzNormalize proxy/h1:FuzzHTTP1Request proxy/h1:FuzzHeadScan proxy/h2:FuzzConn proxy/upstream:FuzzH1UpstreamResponse proxy/cluster:FuzzH2UpstreamFrames; do
+for target in config:FuzzLoad proxy/downstream:FuzzPeek proxy/headers:FuzzRequestRules proxy/paths:FuzzNormalize proxy/h1:FuzzHTTP1Request proxy/h1:FuzzHeadScan proxy/h2:FuzzConn proxy/upstream:FuzzH1UpstreamResponse proxy/cluster:FuzzH2UpstreamFrames proxy/h2client:FuzzResponseFrames; do
 	GOTOOLCHAIN=go1.27.3 go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "./${target%%:*}/"
 done
 # The HTTP/2 engine on the newer Go release too: its own tests, the proxy

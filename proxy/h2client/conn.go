@@ -132,9 +132,12 @@ func (p *Pool) dial(ctx context.Context) (*conn, error) {
 		nc.Close()
 		return nil, &upstream.Error{Kind: upstream.KindConnect, Err: fmt.Errorf("HTTP/2 handshake: %w", err)}
 	}
+	// The timer exists before anything that may stop it runs, and runs
+	// only once it is stored.
+	c.timer = time.AfterFunc(time.Hour, c.tick)
+	c.timer.Reset(c.tickEvery())
 	go c.readLoop()
 	go c.writeLoop()
-	c.timer = time.AfterFunc(c.tickEvery(), c.tick)
 	return c, nil
 }
 

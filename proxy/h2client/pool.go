@@ -205,7 +205,9 @@ func (p *Pool) CloseIdle() {
 	}
 }
 
-// Close closes every connection at once; streams in flight fail.
+// Close closes every connection of the pool at once, streams in flight
+// failing, and waits for their goroutines to return. Connections that
+// left the pool earlier (gone away, retired) end on their own.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	conns := append([]*conn(nil), p.conns...)
@@ -214,6 +216,8 @@ func (p *Pool) Close() {
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.fail(errPoolClosed)
+		c.nc.Close()
+		c.wait()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +103,50 @@ func TestHostileH2Origin(t *testing.T) {
 }
 
 var hostileCases = []hostileCase{
+	// The floods of frames that each ask for an answer, which the
+	// upstream does not read: ebb must close the connection rather than
+	// queue the answers (ENHANCE_YOUR_CALM or not). Answering each one
+	// with a blocking write also bounds what ebb holds, but has it read
+	// the flood for as long as the upstream pleases.
+	{
+		// CVE-2019-9515: each SETTINGS asks for an acknowledgement.
+		name: "settings-flood",
+		attack: func(c *proxytest.HostileConn) string {
+			return mustCut(proxytest.Flood(c.Conn, proxytest.Frames(proxytest.FloodChunk, func(fr *http2.Framer) error {
+				return fr.WriteSettings()
+			}), floodLimit, floodFor))
+		},
+		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},
+	},
+	{
+		// CVE-2019-9512: each PING asks for its PING ACK.
+		name: "ping-flood",
+		attack: func(c *proxytest.HostileConn) string {
+			return mustCut(proxytest.Flood(c.Conn, proxytest.Frames(proxytest.FloodChunk, func(fr *http2.Framer) error {
+				return fr.WritePing(false, [8]byte{'f', 'l', 'o', 'o', 'd'})
+			}), floodLimit, floodFor))
+		},
+		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},
+	},
+	{
+		// RST_STREAM on streams ebb never opened: the even ones (a server
+		// opens those, with PUSH_PROMISE, which ebb does not allow) and
+		// odd ones far above ebb's. RFC 9113 §6.4 makes each a connection
+		// error (PROTOCOL_ERROR): the first one ends the connection.
+		name: "rst-flood-idle-streams",
+		attack: func(c *proxytest.HostileConn) string {
+			var i uint32
+			return mustCut(proxytest.Flood(c.Conn, proxytest.Frames(proxytest.FloodChunk, func(fr *http2.Framer) error {
+				i++
+				id := 2 * i
+				if i%2 == 1 {
+					id = 1<<30 + 2*i + 1
+				}
+				return fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			}), floodLimit, floodFor))
+		},
+		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},
+	},
 	{
 		// A stream that ebb closed, reset again and again: RFC 9113 §5.1
 		// lets such frames arrive after the stream's end (ebb may ignore
@@ -138,6 +183,33 @@ var hostileCases = []hostileCase{
 		want: []int{http.StatusBadGateway},
 	},
 	{
+		// The upstream never opens a window for the request's body:
+		// SETTINGS_INITIAL_WINDOW_SIZE 0, and no WINDOW_UPDATE. Until ebb
+		// has read those SETTINGS it may use the default window, but
+		// never more than the connection's, 65,535 bytes, which no
+		// SETTINGS changes (RFC 9113 §6.9.2); the body is larger.
+		name:     "window-never-opened",
+		settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+		request:  "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 102400\r\n\r\n" + strings.Repeat("b", 102400),
+		attack: func(c *proxytest.HostileConn) string {
+			data := 0
+			f, ended := c.Await(hostileGuard, func(f http2.Frame) bool {
+				if d, ok := f.(*http2.DataFrame); ok && d.StreamID == c.Stream {
+					data += len(d.Data())
+				}
+				return c.Ended(f)
+			})
+			switch {
+			case data > 65535:
+				return fmt.Sprintf("ebb sent %d bytes of DATA, more than the connection's window of 65535, which the upstream never opened", data)
+			case f == nil && !ended:
+				return fmt.Sprintf("ebb neither reset the stream nor closed the connection within %v of a request whose body could not be sent", hostileGuard)
+			}
+			return ""
+		},
+		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},
+	},
+	{
 		// A response header block that never ends, growing: CONTINUATION
 		// frames of fields (CVE-2024-27316).
 		name: "continuation-flood",
@@ -148,6 +220,20 @@ var hostileCases = []hostileCase{
 			junk := proxytest.JunkFields(15000)
 			return mustCut(proxytest.Flood(c.Conn, proxytest.Frames(proxytest.FloodChunk, func(fr *http2.Framer) error {
 				return fr.WriteContinuation(c.Stream, false, junk)
+			}), floodLimit, floodFor))
+		},
+		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},
+	},
+	{
+		// A response header block that never ends, of empty CONTINUATION
+		// frames: it never grows, it only never ends.
+		name: "continuation-empty-flood",
+		attack: func(c *proxytest.HostileConn) string {
+			if err := c.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: c.Stream, BlockFragment: c.Block([][2]string{{":status", "200"}})}); err != nil {
+				return ""
+			}
+			return mustCut(proxytest.Flood(c.Conn, proxytest.Frames(proxytest.FloodChunk, func(fr *http2.Framer) error {
+				return fr.WriteContinuation(c.Stream, false, nil)
 			}), floodLimit, floodFor))
 		},
 		want: []int{http.StatusBadGateway, http.StatusGatewayTimeout},

@@ -3,6 +3,7 @@ package proxytest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -84,7 +85,8 @@ func (c *H2CConn) Block(fields [][2]string) []byte {
 
 // H2CFrames is an HTTP/2 (h2c) origin frame by frame: on each connection
 // it reads the client preface, sends its SETTINGS, acknowledges the
-// client's SETTINGS and PINGs, and hands every other frame to handle, on
+// client's SETTINGS and PINGs, and hands every other frame (the
+// acknowledgements of its own PINGs included) to handle, on
 // the connection's one goroutine (with metaHeaders, header blocks come
 // decoded whole, as *http2.MetaHeadersFrame). handle returning false ends
 // the connection. The connections net/http's Transport keeps open end
@@ -125,7 +127,11 @@ func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.F
 					return
 				}
 			case *http2.PingFrame:
-				if !f.IsAck() && hc.Fr.WritePing(true, f.Data) != nil {
+				if f.IsAck() {
+					if !handle(hc, f) {
+						return
+					}
+				} else if hc.Fr.WritePing(true, f.Data) != nil {
 					return
 				}
 			default:
@@ -149,17 +155,34 @@ func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.F
 // H2CServer serves h with net/http's HTTP/2 server, cleartext (h2c), on
 // a loopback port for the test's duration; h2 (may be nil) configures it.
 func H2CServer(t testing.TB, h2 *http.HTTP2Config, h http.Handler) string {
+	return startH2CServer(t, h2, h).Addr
+}
+
+// H2CServerShutdown is H2CServer with the server's graceful shutdown
+// (http.Server.Shutdown): the listener closed, a GOAWAY on each
+// connection with the last stream the server has read, and each
+// connection closed once its streams are done; shutdown returns when they
+// all are. An HTTP/2 connection stays active to Shutdown, which never
+// closes it before its GOAWAY as it closes idle HTTP/1 connections.
+func H2CServerShutdown(t testing.TB, h http.Handler) (addr string, shutdown func(ctx context.Context) error) {
+	srv := startH2CServer(t, nil, h)
+	return srv.Addr, srv.Shutdown
+}
+
+// startH2CServer starts H2CServer's server, its Addr set to the one it
+// listens on.
+func startH2CServer(t testing.TB, h2 *http.HTTP2Config, h http.Handler) *http.Server {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Protocols: &protocols, HTTP2: h2, Handler: h}
+	srv := &http.Server{Addr: ln.Addr().String(), Protocols: &protocols, HTTP2: h2, Handler: h}
 	var serving sync.WaitGroup
 	serving.Go(func() { srv.Serve(ln) })
 	t.Cleanup(func() { srv.Close(); serving.Wait() })
-	return ln.Addr().String()
+	return srv
 }
 
 // EchoH2C is an HTTP/2 (h2c) upstream that answers with the request's

@@ -65,8 +65,10 @@ type conn struct {
 
 	// The read loop's own.
 	blk        headerBlock
-	recvWindow int64 // what the peer may still send on the connection
-	recvUnack  int64 // bytes received, not credited back yet
+	recvWindow int64       // what the peer may still send on the connection
+	recvUnack  int64       // bytes received, not credited back yet
+	idleRun    int         // frames in a row that carried no response (see idleFrame)
+	sentData   atomic.Bool // DATA went up since the last idle frame
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -229,17 +231,46 @@ func (c *conn) readLoop() {
 	}
 }
 
+// maxIdleRun is how many frames in a row may carry nothing of a
+// response (PING, SETTINGS, PRIORITY, unknown types, empty DATA): an
+// upstream has no use for more, a flood (CVE-2019-9512, -9515, -9518)
+// does.
+const maxIdleRun = 1000
+
+// idleFrame counts a frame that carried nothing of a response. A
+// request body going up restarts the count: gRPC servers answer the DATA
+// they receive with PINGs (to estimate the bandwidth-delay product).
+func (c *conn) idleFrame() error {
+	if c.sentData.Load() && c.sentData.Swap(false) {
+		c.idleRun = 0
+	}
+	c.idleRun++
+	if c.idleRun > maxIdleRun {
+		return connError{http2.ErrCodeEnhanceYourCalm, "frames that carry nothing, in a row"}
+	}
+	return nil
+}
+
 // process handles one frame; an error ends the connection.
 func (c *conn) process(f http2.Frame) error {
+	switch f.(type) {
+	case *http2.HeadersFrame, *http2.ContinuationFrame, *http2.DataFrame, *http2.WindowUpdateFrame, *http2.RSTStreamFrame, *http2.GoAwayFrame:
+		// DATA counts itself (see onData).
+	default:
+		if err := c.idleFrame(); err != nil {
+			return err
+		}
+	}
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.HeadersFrame:
+		c.idleRun = 0
 		return c.blk.start(f)
 	case *http2.ContinuationFrame:
 		return c.blk.more(f.HeaderBlockFragment(), f.HeadersEnded())
 	case *http2.RSTStreamFrame:
-		c.onReset(f)
+		return c.onReset(f)
 	case *http2.SettingsFrame:
 		if f.IsAck() {
 			return nil

@@ -25,6 +25,7 @@ type headerBlock struct {
 	end        bool // the block's HEADERS ended the stream
 	size       int  // decoded size so far
 	raw        int  // encoded size so far
+	frames     int  // frames so far
 	status     int
 	sawRegular bool
 	length     int64 // content-length, -1: none
@@ -62,6 +63,12 @@ func (b *headerBlock) start(f *http2.HeadersFrame) error {
 func (b *headerBlock) more(frag []byte, ended bool) error {
 	c := b.c
 	b.raw += len(frag)
+	b.frames++
+	if b.frames > 64 && b.frames > b.raw/256 {
+		// CONTINUATION frames carrying next to nothing: a flood, not a
+		// header block (CVE-2024-27316's kind).
+		return connError{http2.ErrCodeEnhanceYourCalm, "header block in too many small CONTINUATION frames"}
+	}
 	if b.raw > c.maxRawBlock() {
 		return connError{http2.ErrCodeEnhanceYourCalm, "response header block beyond " + strconv.Itoa(c.maxRawBlock()) + " bytes"}
 	}

@@ -159,6 +159,7 @@ func (st *Stream) dataLocked(b []byte, end bool) int {
 		}
 		last := end && n == len(b)
 		_ = c.wfr.WriteData(st.id, last, b[:n])
+		c.sentData.Store(true)
 		st.sendWindow -= int64(n)
 		c.sendWindow -= int64(n)
 		b, sent = b[n:], sent+n
@@ -294,14 +295,16 @@ func (st *Stream) Read(b []byte) (int, error) {
 	for st.off == len(st.buf) && !st.remoteClosed && !st.reset {
 		st.cond.Wait()
 	}
-	if st.off < len(st.buf) && !st.reset {
+	// What came before a failure is read first: the client gets as much
+	// of the body as arrived, then the cut.
+	if st.off < len(st.buf) {
 		n := copy(b, st.buf[st.off:])
 		st.off += n
 		if st.off == len(st.buf) {
 			st.buf, st.off = st.buf[:0], 0
 		}
 		st.unacked += int64(n)
-		if !st.remoteClosed && st.unacked >= int64(c.p.cfg.StreamWindow)/4 && !c.closed {
+		if !st.remoteClosed && !st.reset && st.unacked >= int64(c.p.cfg.StreamWindow)/4 && !c.closed {
 			_ = c.wfr.WriteWindowUpdate(st.id, uint32(st.unacked))
 			st.recvWindow += st.unacked
 			st.unacked = 0
@@ -348,7 +351,9 @@ func (c *conn) resetLocked(st *Stream, code http2.ErrCode, err error) {
 		c.toClose = append(c.toClose, st.bodyCloser)
 	}
 	st.bodyCloser = nil
-	st.buf, st.off = nil, 0
+	if err == errStreamClosed {
+		st.buf, st.off = nil, 0 // the caller's Close: nobody reads it
+	}
 	st.readyLocked()
 	st.cond.Broadcast()
 	c.wcond.Broadcast()
@@ -409,6 +414,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.recvUnack = 0
 		c.wakeLocked()
 	}
+	if len(f.Data()) == 0 && !f.StreamEnded() {
+		if err := c.idleFrame(); err != nil {
+			return err
+		}
+	} else {
+		c.idleRun = 0
+	}
 	st := c.streams[f.StreamID]
 	if st == nil {
 		if f.StreamID%2 == 0 || f.StreamID >= c.nextID {
@@ -421,8 +433,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.resetLocked(st, http2.ErrCodeProtocol, &upstream.Error{Kind: upstream.KindInvalid, Err: errors.New("DATA before the response's HEADERS")})
 		return nil
 	case n > st.recvWindow:
-		c.resetLocked(st, http2.ErrCodeFlowControl, &upstream.Error{Kind: upstream.KindInvalid, Err: errors.New("DATA beyond the stream's window")})
-		return nil
+		// A connection error (RFC 9113 §6.9.1 allows either): an
+		// upstream that ignores flow control would go on sending on the
+		// connection, whose window ebb credits as bytes arrive.
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the stream's window"}
 	}
 	st.recvWindow -= n
 	data := f.Data()
@@ -445,12 +459,16 @@ func (c *conn) onData(f *http2.DataFrame) error {
 
 // onReset handles the upstream's RST_STREAM: a stream refused was not
 // processed; any other ends the stream with a StreamError.
-func (c *conn) onReset(f *http2.RSTStreamFrame) {
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	defer c.unlock()
 	st := c.streams[f.StreamID]
 	if st == nil {
-		return
+		if f.StreamID%2 == 0 || f.StreamID >= c.nextID {
+			// RST_STREAM on a stream never opened (RFC 9113 §6.4).
+			return connError{http2.ErrCodeProtocol, "RST_STREAM on a stream ebb did not open"}
+		}
+		return nil
 	}
 	se := http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}
 	var err error = se
@@ -469,7 +487,8 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) {
 		}
 		c.wcond.Broadcast()
 		c.removeLocked(st)
-		return
+		return nil
 	}
 	c.resetLocked(st, 0, err)
+	return nil
 }

@@ -808,7 +808,7 @@ for v in "${VARIANTS[@]}"; do
 		[[ $p != direct ]] || continue
 		printf '%s\t%s\t%s\n' "$v" "$p" "$(peak_rss_kb "$p")" >>"$WORK/rss.tsv"
 	done
-	if [[ $PROFILE == 1 && $v == h2c && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
+	if [[ $PROFILE == 1 && ($v == h2c || $v == h2up) && " ${V_TARGETS[$v]} " == *" ebb "* ]]; then
 		profile_ebb "$v"
 	fi
 	for p in "${TARGETS[@]}"; do stop_pid "$p"; done

@@ -39,6 +39,9 @@ const (
 	maxPend = 256 << 10
 	// maxBatch is about how many bytes the writer writes at once.
 	maxBatch = 64 << 10
+	// minBatch is what the writer would rather wait to gather a little
+	// more than write alone (see writeLoop).
+	minBatch = 4 << 10
 	// writeTimeout bounds one write of the connection: a peer that
 	// stops reading ends its connection.
 	writeTimeout = 30 * time.Second

@@ -3,7 +3,10 @@
 
 package h2client
 
-import "time"
+import (
+	"runtime"
+	"time"
+)
 
 // wakeLocked wakes the writer for what was just queued.
 func (c *conn) wakeLocked() {
@@ -20,6 +23,7 @@ func (c *conn) wakeLocked() {
 // write goes in one system call.
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
+	yielded := false
 	for {
 		c.mu.Lock()
 		for len(c.pend) == 0 && !c.wclose {
@@ -28,6 +32,17 @@ func (c *conn) writeLoop() {
 			<-c.wake
 			c.mu.Lock()
 		}
+		if len(c.pend) < minBatch && !yielded && !c.wclose {
+			// Little to write: the requests about to be framed (the
+			// client side's streams arrive in bursts, read together)
+			// get to run first, so that one system call carries
+			// several of them, as the server engine's writer does.
+			yielded = true
+			c.mu.Unlock()
+			runtime.Gosched()
+			continue
+		}
+		yielded = false
 		if len(c.pend) == 0 {
 			graceful := c.err == errPoolClosed
 			c.mu.Unlock()

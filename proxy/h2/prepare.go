@@ -117,6 +117,11 @@ func (c *call) prepareH1(hop headers.Hop, announced bool) {
 	case body != nil:
 		req.SetBodyStream(body, int(st.ContentLength()))
 	}
+	if body != nil && body.Buffered() == nil {
+		// Streamed, it goes up while the response comes down, which this
+		// engine relays as it arrives (full duplex).
+		body.FullDuplex = true
+	}
 	*scratch = headers.FastRequest(h, hop, cookie[:0])
 	scratchPool.Put(scratch)
 	if body != nil && body.Buffered() == nil && (announced || st.ContentLength() < 0) {

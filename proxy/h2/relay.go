@@ -28,7 +28,10 @@ func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoi
 	return c.sendH1(rt, ep)
 }
 
-// sendH1 exchanges with an HTTP/1 upstream and relays the response.
+// sendH1 exchanges with an HTTP/1 upstream and relays the response. A
+// streamed request body may still be going up meanwhile (full duplex:
+// see upstream.Body.FullDuplex); the transport is done with it once the
+// response body is closed.
 func (c *call) sendH1(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
 	st, resp := c.st, c.resp
 	ep, err := rt.Cluster.ExchangeH1(st.Context(), ep, c.req, resp, &c.trip, c.l.Log)

@@ -20,7 +20,8 @@ import (
 //
 // With retries.buffer_body, Fill reads it whole before the request goes
 // out, and each attempt sends it from its start; otherwise it streams,
-// once. The fasthttp transport reads it (Read) within the exchange.
+// once. The fasthttp transport reads it (Read) within the exchange, or,
+// FullDuplex, on a goroutine of its own while it reads the response.
 // net/http's Transport reads it through one Attempt per attempt, on a
 // goroutine of its own, and may go on after RoundTrip returned (the body
 // of a request to an HTTP/2 upstream streams up while the response
@@ -45,6 +46,14 @@ type Body struct {
 	// OnEOF, if set, runs once, when the body has been read whole: the
 	// request's trailers have arrived then.
 	OnEOF func()
+	// FullDuplex, set by the engine, says that it relays the response
+	// while the body may still be read, from another goroutine, and that
+	// interrupt ends a read in progress (r is an io.Closer): the HTTP/1
+	// transport then writes the body while it reads the response (see
+	// duplex.go). An HTTP/2 stream's body is; an HTTP/1 client's is not,
+	// as fasthttp's server reads it into the request the handler and the
+	// server go on using once the exchange returns.
+	FullDuplex bool
 	// whole and fault are what the handler may look at while net/http's
 	// Transport is still reading: the body was read to its end; the
 	// client failed (its error).
@@ -102,7 +111,7 @@ func (b *Body) Release() {
 	if cap(buf) > maxPooledBodyBuffer {
 		buf = nil
 	}
-	b.r, b.conn, b.OnEOF, b.cur = nil, nil, nil, nil
+	b.r, b.conn, b.OnEOF, b.cur, b.FullDuplex = nil, nil, nil, nil, false
 	b.n, b.eof, b.buffered, b.buf = 0, false, false, buf
 	b.got.Store(0)
 	b.whole.Store(false)

@@ -58,8 +58,9 @@ type transport[C pooledConn] struct {
 	responseTimeout time.Duration
 	// done is called when an exchange is over (the caller counted it in
 	// before RoundTrip): it takes it off the endpoint's in-flight count.
-	done    func()
-	streams sync.Pool // of *bodyStream[C]
+	done     func()
+	streams  sync.Pool // of *bodyStream[C]
+	duplexes sync.Pool // of *duplex (see exchangeDuplex)
 }
 
 // NewH1 returns the HTTP/1.1 transport to the endpoint at addr of a
@@ -86,6 +87,7 @@ func NewH1(addr string, cfg *config.Cluster, dial func() (net.Conn, error), done
 func newTransportOf[C pooledConn](hc *fasthttp.HostClient, acquire func(time.Duration, bool) (C, error), release, discard func(C), responseTimeout time.Duration, done func()) *transport[C] {
 	t := &transport[C]{hc: hc, acquire: acquire, release: release, discard: discard, responseTimeout: responseTimeout, done: done}
 	t.streams.New = func() any { return &bodyStream[C]{t: t} }
+	t.duplexes.New = func() any { return &duplex{done: make(chan struct{}, 1)} }
 	return t
 }
 
@@ -103,7 +105,9 @@ const maxStaleAttempts = 4
 
 // RoundTrip writes req and reads the response into resp. The exchange is
 // over (and the in-flight count taken down) when RoundTrip returns, except
-// for a streamed body, where it is over when the stream is closed.
+// for a streamed body, where it is over when the stream is closed. A
+// request body marked FullDuplex is written while the response is read
+// (see exchangeDuplex); any other request is written whole first.
 //
 // A pooled connection that the upstream closed while it sat idle fails
 // before any response byte: the classic keep-alive race. The request is
@@ -152,6 +156,12 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	// The watch of ctx ends with the attempt; its end closes the
 	// connection, which is then not given back.
 	a.stop = watchCancel(ctx, a.conn)
+	// Read before anything is written: a full-duplex exchange's writer
+	// changes the request as it goes.
+	q := asked{head: req.Header.IsHead(), close: req.Header.ConnectionClose()}
+	if b, ok := req.BodyStream().(*Body); ok && b.FullDuplex {
+		return t.exchangeDuplex(ctx, &a, req, resp, b, q)
+	}
 	bw := t.hc.AcquireWriter(a.conn)
 	writeErr := req.Write(bw)
 	if writeErr == nil {
@@ -176,30 +186,39 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	sink, _ := ctx.(InterimSink)
 	if nothing, err := ReadResponseHeader(resp, br, sink); err != nil {
 		t.hc.ReleaseReader(br)
-		var invalid InvalidResponse
-		switch {
-		case writeErr != nil && IsTimeout(writeErr):
-			return a.fail(KindTimeout, writeErr) // the upstream stopped reading
-		case IsTimeout(err):
-			return a.fail(KindTimeout, err)
-		case errors.As(err, &invalid):
-			return a.fail(KindInvalid, err)
-		case !nothing:
-			return a.fail(KindBroken, err) // a partial response
-		case writeErr != nil:
-			return a.unanswered(writeErr)
-		}
-		return a.unanswered(err)
+		return a.headFailed(err, writeErr, nothing)
 	}
-	if resp.StatusCode() == fasthttp.StatusSwitchingProtocols {
-		// This transport never asks for an upgrade (package h1 relays
-		// WebSocket upgrades on connections of their own): what follows
-		// the 101 is not HTTP, and must reach no client.
-		t.hc.ReleaseReader(br)
-		resp.Reset()
-		return a.fail(KindInvalid, errUnasked101)
+	return a.readBody(resp, br, q, writeErr == nil)
+}
+
+// asked is what the framing of a response depends on in its request.
+type asked struct {
+	head  bool // a HEAD request: no body in the answer
+	close bool // the request said Connection: close
+}
+
+// headFailed ends the attempt whose response head could not be read
+// (err; nothing: not a byte of it arrived). writeErr is why writing the
+// request failed (nil: it did not, or a full-duplex writer was cut short
+// by the exchange).
+func (a *attempt[C]) headFailed(err, writeErr error, nothing bool) (bool, error) {
+	var invalid InvalidResponse
+	switch {
+	case writeErr != nil && !isWriteError(writeErr):
+		// Reading the client's body failed: the handler knows why.
+		return a.fail(KindBroken, writeErr)
+	case writeErr != nil && IsTimeout(writeErr):
+		return a.fail(KindTimeout, writeErr) // the upstream stopped reading
+	case IsTimeout(err):
+		return a.fail(KindTimeout, err)
+	case errors.As(err, &invalid):
+		return a.fail(KindInvalid, err)
+	case !nothing:
+		return a.fail(KindBroken, err) // a partial response
+	case writeErr != nil:
+		return a.unanswered(writeErr)
 	}
-	return a.readBody(req, resp, br, writeErr == nil)
+	return a.unanswered(err)
 }
 
 // attempt is one try of an exchange on one pooled connection.
@@ -212,6 +231,10 @@ type attempt[C pooledConn] struct {
 	sent   int64 // bytes the connection carried before this request
 	// stop ends the watch of the client's context (see watchCancel).
 	stop func() bool
+	// duplex writes the request while the response is read (nil: the
+	// request was written whole first); the attempt waits for it before
+	// it ends, unless a streamed response body takes it over.
+	duplex *duplex
 }
 
 // acquireFor takes a connection from the pool for a request. A pooled
@@ -249,6 +272,7 @@ func (t *transport[C]) acquireFor() (attempt[C], error) {
 
 // fail ends the attempt with an error of kind; the connection is closed.
 func (a *attempt[C]) fail(kind Kind, err error) (bool, error) {
+	a.endDuplex(false)
 	cancelled(a.stop)
 	a.t.discard(a.cc)
 	return false, &Error{Kind: kind, Err: err}
@@ -257,6 +281,7 @@ func (a *attempt[C]) fail(kind Kind, err error) (bool, error) {
 // unanswered fails the attempt when the connection ended before any
 // response byte.
 func (a *attempt[C]) unanswered(err error) (bool, error) {
+	a.endDuplex(false)
 	ue := &Error{Kind: KindBroken, Unanswered: true, Reused: a.reused, Err: err}
 	// Read before the connection is closed. The acknowledgement of any
 	// byte of the request would have come with (or before) the upstream's
@@ -273,9 +298,18 @@ func (a *attempt[C]) unanswered(err error) (bool, error) {
 // readBody reads the response body after its header: a small one whole,
 // which frees the connection now, a larger one or one of unknown length
 // as a stream that gives the connection back when closed. written says the
-// whole request was written (else the connection cannot be reused).
-func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br *bufio.Reader, written bool) (streamed bool, err error) {
+// whole request was written (else the connection cannot be reused), or,
+// with a full-duplex writer, that it has not failed so far.
+func (a *attempt[C]) readBody(resp *fasthttp.Response, br *bufio.Reader, q asked, written bool) (streamed bool, err error) {
 	t := a.t
+	if resp.StatusCode() == fasthttp.StatusSwitchingProtocols {
+		// This transport never asks for an upgrade (package h1 relays
+		// WebSocket upgrades on connections of their own): what follows
+		// the 101 is not HTTP, and must reach no client.
+		t.hc.ReleaseReader(br)
+		resp.Reset()
+		return a.fail(KindInvalid, errUnasked101)
+	}
 	// The client gets an HTTP/1.1 response whatever the upstream's version:
 	// the framing ebb writes is HTTP/1.1's.
 	if !resp.Header.IsHTTP11() {
@@ -283,10 +317,10 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 	}
 	status := resp.StatusCode()
 	cl := resp.Header.ContentLength()
-	noBody := req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
+	noBody := q.head || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
 	// A body delimited by the connection's close (no length, not chunked)
 	// leaves nothing to reuse.
-	keepAlive := written && !resp.Header.ConnectionClose() && !req.Header.ConnectionClose() && (cl != -2 || noBody)
+	keepAlive := written && !resp.Header.ConnectionClose() && !q.close && (cl != -2 || noBody)
 	switch {
 	case status == fasthttp.StatusNoContent && cl != -2 && cl != 0:
 		// A 204 has no body whatever its fields say (RFC 9112 §6.3), but
@@ -320,6 +354,8 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 	default:
 		s := t.streams.Get().(*bodyStream[C])
 		s.cc, s.conn, s.br, s.keepAlive, s.stop, s.down = a.cc, a.conn, br, keepAlive, a.stop, &resp.Header
+		// The request may still be going out: the stream's end waits for it.
+		s.duplex, a.duplex = a.duplex, nil
 		s.up.Header.SetContentLength(cl)
 		s.up.StreamBody = true
 		if err := s.up.ReadBody(br, 0); err != nil {
@@ -338,6 +374,12 @@ func (a *attempt[C]) readBody(req *fasthttp.Request, resp *fasthttp.Response, br
 	// acquireFor.)
 	keepAlive = keepAlive && br.Buffered() == 0
 	t.hc.ReleaseReader(br)
+	if a.duplex != nil {
+		// The response is whole; the request may not be (an early
+		// answer). The connection is reused only if it is.
+		written, _ := a.endDuplex(keepAlive)
+		keepAlive = keepAlive && written
+	}
 	if keepAlive && !cancelled(a.stop) {
 		if a.uc != nil {
 			a.uc.used = true
@@ -436,6 +478,7 @@ type bodyStream[C pooledConn] struct {
 	keepAlive bool
 	eof       bool
 	stop      func() bool // see attempt.stop
+	duplex    *duplex     // see attempt.duplex
 	// down is the header of the response being sent downstream; the
 	// upstream's trailers join it when the body ends.
 	down *fasthttp.ResponseHeader
@@ -524,6 +567,13 @@ func (s *bodyStream[C]) release(err error) {
 	// Reused only when the body ended exactly where its framing said,
 	// with nothing read beyond it.
 	reuse := !cancelled(s.stop) && err == nil && s.eof && s.keepAlive && s.br.Buffered() == 0
+	if d := s.duplex; d != nil {
+		// The response is over; the request may not be, and the
+		// connection is reused only if it is.
+		s.duplex = nil
+		written, _ := t.endDuplex(d, reuse)
+		reuse = reuse && written
+	}
 	if !reuse {
 		// Unblock and end the connection first: the body decoder must not
 		// be left mid-body on a pooled connection.

@@ -34,6 +34,7 @@ var layers = map[string]int{
 	"proxy/events":        0,
 	"proxy/pace":          0,
 	"proxy/paths":         0,
+	"proxy/h2/wire":       0,
 	"examples/echo":       0,
 	"examples/vip":        0,
 	"examples/loadgen":    0,
@@ -49,7 +50,6 @@ var layers = map[string]int{
 	// The downstream connections, discovery and the telemetry pipeline,
 	// on the schema.
 	"proxy/downstream":         1,
-	"proxy/h2/wire":            1,
 	"config/internal/refgen":   1, // writes docs/CONFIGURATION.md from config
 	"discovery":                1,
 	"telemetry":                1,

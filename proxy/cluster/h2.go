@@ -4,11 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/h2client"
+	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -64,5 +70,76 @@ func (c *Cluster) h2Config(ep *Endpoint) h2client.Config {
 		PingTimeout:     upstreamPingTimeout,
 		// As the HTTP/1 transport's read buffer bounds a head.
 		MaxHeaderBytes: upstream.ReadBufferSize,
+	}
+}
+
+// H2Request is a request to an HTTP/2 upstream (an h2c or h2 cluster)
+// in HTTP/2's own form, from an HTTP/2 client: no net/http types between
+// one HPACK block and the other.
+type H2Request struct {
+	// Method, Authority and Path are the pseudo-header fields but
+	// :scheme, which is the cluster's.
+	Method, Authority, Path []byte
+	// Fields are the regular fields, the header rules applied; each
+	// attempt's trace context is set in them.
+	Fields *wire.FieldList
+	// Trailers, if not nil, returns the trailer block once the body has
+	// been read to its end (nil trailers: the body has none).
+	Trailers func() []byte
+	// Interim is given each 1xx response but a 101.
+	Interim func(status int, fields *wire.FieldList)
+	// Block is where each attempt's header block is encoded.
+	Block []byte
+}
+
+// H2 reports whether the cluster's endpoints are reached through ebb's
+// own HTTP/2 client (protocols h2c and h2), which ExchangeH2 drives.
+func (c *Cluster) H2() bool {
+	return c.cfg.Protocol == config.ProtocolH2C || c.cfg.Protocol == config.ProtocolH2
+}
+
+// ExchangeH2 is ExchangeHTTP for a request in HTTP/2's own form to an h2c
+// or h2 cluster. On success the caller reads the response from the
+// stream, closes it, and calls ep.Release.
+func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, body *upstream.Body, trip *Trip, log *slog.Logger) (*h2client.Stream, *Endpoint, error) {
+	idempotent := upstream.IsIdempotentMethod(string(r.Method))
+	head := string(r.Method) == "HEAD"
+	for attempt := 1; ; attempt++ {
+		trip.Attempts = attempt
+		var a *upstream.Attempt
+		var rb io.ReadCloser
+		if body != nil {
+			a = body.StartAttempt()
+			rb = a
+		}
+		ep = c.claim(ep)
+		var span trace.Span
+		if trip.Tracer != nil {
+			span = trip.Tracer.StartAttempt(trip.Ctx, headers.WireCarrier{L: r.Fields}, string(r.Method), c.name, ep.addr, attempt)
+		}
+		r.Block = wire.AppendField(r.Block[:0], []byte(":method"), r.Method)
+		r.Block = wire.AppendField(r.Block, []byte(":scheme"), c.scheme)
+		r.Block = wire.AppendField(r.Block, []byte(":authority"), r.Authority)
+		r.Block = wire.AppendField(r.Block, []byte(":path"), r.Path)
+		r.Block = wire.AppendFields(r.Block, r.Fields)
+		sent := time.Now()
+		st, err := ep.h2.Exchange(ctx, &h2client.Request{Block: r.Block, Head: head, Interim: r.Interim}, rb, r.Trailers)
+		c.metrics.Attempt(time.Since(sent))
+		if err == nil {
+			endAttempt(span, st.Status(), nil)
+			c.outcome(ep, false, st.Status())
+			return st, ep, nil
+		}
+		err = upstream.ClassifyRoundTrip(err, nil)
+		endAttempt(span, 0, err)
+		ep.Release()
+		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		replayable := a == nil || a.End(false) && body.Replayable()
+		next := c.retry(ctx, ep, attempt, err, idempotent, replayable)
+		if next == nil {
+			return nil, ep, err
+		}
+		log.Debug("retrying on another endpoint", "cluster", c.name, "endpoint", ep.addr, "next", next.addr, "err", err)
+		ep = next
 	}
 }

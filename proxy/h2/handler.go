@@ -18,6 +18,7 @@ import (
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/forward"
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
@@ -41,7 +42,8 @@ func Forwarder(l *forward.Listener) Handler {
 		conn, _ := st.Context().Value(connKey{}).(*downstream.Conn)
 		c := callPool.Get().(*call)
 		defer func() {
-			*c = call{path: c.path[:0]}
+			c.h2f.Reset()
+			*c = call{path: c.path[:0], h2f: c.h2f, h2r: cluster.H2Request{Block: c.h2r.Block[:0]}}
 			callPool.Put(c)
 		}()
 		c.l, c.st, c.conn = l, st, conn
@@ -80,6 +82,12 @@ type call struct {
 	resp    *fasthttp.Response
 	out     *http.Request
 	trailer http.Header
+	// Towards an h2c or h2 upstream (h2up): the request in HTTP/2's own
+	// form; its field list and block buffer are kept from request to
+	// request.
+	h2up bool
+	h2r  cluster.H2Request
+	h2f  wire.FieldList
 	// relayErr is why the response body was not relayed whole, if it
 	// was not; the stream is then reset with resetCode (0:
 	// INTERNAL_ERROR).
@@ -202,6 +210,8 @@ func (c *call) account(e *access.Entry) {
 		e.Set(access.RequestID, c.req.Header.Peek(headers.XRequestID))
 	case c.out != nil:
 		e.SetString(access.RequestID, c.out.Header.Get(headers.XRequestID))
+	case c.h2up:
+		e.Set(access.RequestID, c.h2f.Get("x-request-id"))
 	default:
 		e.Set(access.RequestID, fields.Get("x-request-id"))
 	}

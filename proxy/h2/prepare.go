@@ -11,6 +11,9 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -55,6 +58,10 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 		hop.ClientIP, hop.Trust = c.conn.ClientIP, t.Trusts(c.conn.Peer)
 	} else {
 		hop.Trust = t.TrustForwarded
+	}
+	if rt.Cluster.H2() {
+		c.prepareH2(hop, announced)
+		return 0, ""
 	}
 	if rt.Cluster.NetHTTP() {
 		return c.prepareHTTP(hop, announced)
@@ -279,4 +286,77 @@ func joinCookies(c []string) string {
 		b = append(b, s...)
 	}
 	return string(b)
+}
+
+// prepareH2 builds the request for an h2c or h2 upstream in HTTP/2's own
+// form: the stream's decoded fields, the header rules applied, go into
+// the upstream's header block without net/http's types in between.
+func (c *call) prepareH2(hop headers.Hop, announced bool) {
+	st, body := c.st, c.body
+	// The stream is not pinned: the body's writer returns before the
+	// handler (sendH2), and the client's reset reaches the upstream
+	// through WatchConn, not a context's channel.
+	l := &c.h2f
+	l.Reset()
+	fields := st.Fields()
+	for i := range fields.Len() {
+		name, value := fields.At(i)
+		switch string(name) {
+		case "host", "content-length", "trailer":
+			continue // :authority says the one; the length and the trailers' names are set below
+		}
+		l.AddBytes(name, value)
+	}
+	if body != nil && st.ContentLength() >= 0 {
+		var b [20]byte
+		l.AddBytes([]byte("content-length"), strconv.AppendInt(b[:0], st.ContentLength(), 10))
+	}
+	scratch := scratchPool.Get().(*[]byte)
+	*scratch = headers.WireRequest(l, hop, (*scratch)[:0])
+	scratchPool.Put(scratch)
+	c.h2up = true
+	r := &c.h2r
+	r.Method, r.Authority, r.Path, r.Fields = st.Method(), st.Authority(), c.target(), l
+	r.Interim = st.interimFields
+	switch {
+	case body == nil:
+	case body.Buffered() != nil && st.Trailers().Len() > 0, body.Buffered() == nil && (announced || !bytes.HasPrefix(fields.Get("content-type"), []byte("application/grpc"))):
+		// The trailers, announced or not, may end the body (read
+		// whole, they have come with its end). gRPC requests have none
+		// (its PROTOCOL-HTTP2.md): without trailers, their last DATA
+		// frame upstream ends the stream, as the client's did.
+		r.Trailers = st.trailerBlock
+		// The names announced: those of the trailers read with a whole
+		// body, or those the client announced, without the ones that
+		// would not go (as net/http's Transport announced them).
+		var names []string
+		if body.Buffered() != nil {
+			t := st.Trailers()
+			for i := range t.Len() {
+				k, _ := t.At(i)
+				names = addTrailerName(names, k)
+			}
+		} else {
+			for k := range bytes.SplitSeq(fields.Get("trailer"), []byte(",")) {
+				names = addTrailerName(names, bytes.TrimSpace(k))
+			}
+		}
+		if len(names) > 0 {
+			slices.Sort(names)
+			l.Add("trailer", strings.Join(names, ","))
+		}
+	}
+}
+
+// addTrailerName adds a trailer's name to names, in canonical form, once,
+// if it may go as a trailer.
+func addTrailerName(names []string, name []byte) []string {
+	if !trailerAllowed(name) {
+		return names
+	}
+	k := http.CanonicalHeaderKey(string(name))
+	if slices.Contains(names, k) {
+		return names
+	}
+	return append(names, k)
 }

@@ -22,6 +22,9 @@ import (
 
 // Send relays the request to ep by the cluster's transport.
 func (c *call) Send(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+	if c.h2up {
+		return c.sendH2(rt, ep)
+	}
 	if c.out != nil {
 		return c.sendHTTP(rt, ep)
 	}
@@ -94,15 +97,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 		keepTrailer = func(o *http.Request) { o.Trailer = c.trailer }
 	}
 	resp, ep, err := rt.Cluster.ExchangeHTTP(st.Context(), ep, out, c.body, keepTrailer, &c.trip, c.l.Log)
-	var se http2.StreamError
-	if err != nil && errors.As(err, &se) && se.Code == http2.ErrCodeCancel && st.Context().Err() == nil {
-		// The upstream cancelled the stream before answering (a gRPC
-		// server does at the call's deadline): the client's stream is
-		// cancelled in turn, which tells it more than a 502 would (gRPC
-		// reports the deadline it set).
-		rt.Cluster.Metrics().UpstreamError(upstream.KindBroken)
-		c.l.Log.Debug("upstream cancelled the stream; cancelling the client's", "listener", c.l.Config.Name, "cluster", rt.Cluster.Name(), "endpoint", ep.Addr())
-		c.relayErr, c.resetCode = err, http2.ErrCodeCancel
+	if err != nil && c.upstreamCancelled(rt, ep, err) {
 		return http.StatusBadGateway, ep, nil
 	}
 	if err != nil {
@@ -164,6 +159,90 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	}
 	c.relayErr = st.End()
 	return resp.StatusCode, ep, nil
+}
+
+// sendH2 exchanges with an h2c or h2 upstream in HTTP/2's own form, full
+// duplex: the request body streams up while the response streams down;
+// the upstream's fields, the header rules applied, go to the client's
+// header block as they were decoded. Trailers follow the body.
+func (c *call) sendH2(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
+	st := c.st
+	up, ep, err := rt.Cluster.ExchangeH2(st.Context(), ep, &c.h2r, c.body, &c.trip, c.l.Log)
+	if err != nil {
+		if c.upstreamCancelled(rt, ep, err) {
+			return http.StatusBadGateway, ep, nil
+		}
+		return 0, ep, err
+	}
+	defer func() {
+		// The upstream stream's end closes what it still reads of the
+		// client's body; its writer returns before the handler does, so
+		// that the client's stream can be pooled.
+		up.Close()
+		up.Wait()
+		ep.Release()
+	}()
+	status := up.Status()
+	h := up.Header()
+	headers.WireResponse(h, c.l.Table().ViaFor(2))
+	for i := range h.Len() {
+		k, v := h.At(i)
+		if bodyless(status) && string(k) == "content-length" {
+			continue // as the HTTP/1 transport does: nothing frames what is not there
+		}
+		st.AddHeader(k, v)
+	}
+	if bodyless(status) || string(st.Method()) == http.MethodHead || up.Ended() {
+		// A 204, a 304 or a HEAD answer ends with its header block (RFC
+		// 9113 §8.1.1), whatever DATA the upstream sends after it; a
+		// response that ended with its head stays one HEADERS frame (a
+		// gRPC server's trailers-only answer). Closing the stream
+		// resets the upstream's, if it is not over.
+		c.relayErr = st.WriteHeader(status, true)
+		return status, ep, nil
+	}
+	var body io.Reader = up
+	if events.IsEventStream(string(h.Get("content-type"))) {
+		// An event stream ends on an event boundary at the connection's
+		// close signal (its GOAWAY); closing the upstream stream wakes a
+		// read waiting for it.
+		if cut, done := c.l.EventStream(c.conn, up.ContentLength(), up.Close); done != nil {
+			defer done()
+			if cut != nil {
+				body = cut.Reader(body)
+			}
+		}
+	}
+	if err := st.WriteHeader(status, false); err != nil {
+		c.relayErr = err
+		return status, ep, nil
+	}
+	if c.sent, err = copyBody(st, body); err != nil {
+		c.relayErr = err
+		return status, ep, nil
+	}
+	t := up.Trailer()
+	for i := range t.Len() {
+		k, v := t.At(i)
+		st.AddHeader(k, v)
+	}
+	c.relayErr = st.End()
+	return status, ep, nil
+}
+
+// upstreamCancelled handles an upstream that cancelled the stream before
+// answering (a gRPC server does at the call's deadline): the client's
+// stream is cancelled in turn, which tells it more than a 502 would (gRPC
+// reports the deadline it set).
+func (c *call) upstreamCancelled(rt *route.Route, ep *cluster.Endpoint, err error) bool {
+	var se http2.StreamError
+	if !errors.As(err, &se) || se.Code != http2.ErrCodeCancel || c.st.Context().Err() != nil {
+		return false
+	}
+	rt.Cluster.Metrics().UpstreamError(upstream.KindBroken)
+	c.l.Log.Debug("upstream cancelled the stream; cancelling the client's", "listener", c.l.Config.Name, "cluster", rt.Cluster.Name(), "endpoint", ep.Addr())
+	c.relayErr, c.resetCode = err, http2.ErrCodeCancel
+	return true
 }
 
 // bodyless reports whether responses with status have no body.

@@ -493,3 +493,28 @@ func (st *Stream) clear() {
 func (sc *streamContext) Interim(status int, fields [][2]string) {
 	(*Stream)(sc).Interim(status, fields)
 }
+
+// interimFields passes an upstream's interim response on to the client
+// (Interim).
+func (st *Stream) interimFields(status int, l *wire.FieldList) {
+	fields := make([][2]string, 0, l.Len())
+	for i := range l.Len() {
+		k, v := l.At(i)
+		fields = append(fields, [2]string{string(k), string(v)})
+	}
+	st.Interim(status, fields)
+}
+
+// trailerBlock encodes the request's trailers, once its body has ended,
+// for an HTTP/2 upstream: but the names that frame or route a message.
+func (st *Stream) trailerBlock() []byte {
+	var blk []byte
+	t := st.Trailers()
+	for i := range t.Len() {
+		name, value := t.At(i)
+		if trailerAllowed(name) && !wire.ConnectionSpecific(name) {
+			blk = wire.AppendField(blk, name, value)
+		}
+	}
+	return blk
+}

@@ -30,7 +30,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	bp := blockPool.Get().(*[]byte)
 	blk := requestBlock((*bp)[:0], req, body != nil)
-	r := &Request{Block: blk, Streamed: body != nil, Head: req.Method == http.MethodHead, BodyCloser: body}
+	r := &Request{Block: blk, Head: req.Method == http.MethodHead}
 	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.Got1xxResponse != nil {
 		r.Interim = func(status int, fields *wire.FieldList) {
 			h := make(textproto.MIMEHeader, fields.Len())
@@ -38,20 +38,15 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = trace.Got1xxResponse(status, h)
 		}
 	}
-	st, err := p.Open(req.Context(), r)
+	var trailers func() []byte
+	if req.Trailer != nil {
+		// A trailer map, even empty, may be filled when the body ends.
+		trailers = func() []byte { return trailerBlock(req) }
+	}
+	st, err := p.Exchange(req.Context(), r, body, trailers)
 	*bp = blk
 	blockPool.Put(bp)
 	if err != nil {
-		if body != nil {
-			body.Close()
-		}
-		return nil, err
-	}
-	if body != nil {
-		go st.pump(body, req)
-	}
-	if err := st.Await(req.Context(), p.cfg.ResponseTimeout); err != nil {
-		st.Close()
 		return nil, err
 	}
 	return st.response(req), nil
@@ -103,42 +98,9 @@ func requestBlock(blk []byte, req *http.Request, hasBody bool) []byte {
 	return blk
 }
 
-// copyBufPool holds the buffers request bodies are pumped through.
-var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
-// pump writes the request body as it comes, then its trailers (req's
-// Trailer, filled once the body was read to its end). It returns when the
-// body ends or the stream does (which closes the body, ending a read
-// waiting for the client); the body is closed either way.
-func (st *Stream) pump(body io.ReadCloser, req *http.Request) {
-	defer body.Close()
-	bp := copyBufPool.Get().(*[]byte)
-	defer copyBufPool.Put(bp)
-	// A trailer map, even empty, may be filled when the body ends.
-	ends := req.Trailer == nil
-	for {
-		n, err := body.Read(*bp)
-		if n > 0 {
-			// The body's last bytes, when they come with its end, end
-			// the stream in their DATA frame (what a gRPC server sees
-			// from any client).
-			if werr := st.write((*bp)[:n], err == io.EOF && ends); werr != nil {
-				return
-			}
-			if err == io.EOF && ends {
-				return
-			}
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			// The client's body failed: the upstream must not take what
-			// came of it for a whole request.
-			st.abort(err)
-			return
-		}
-	}
+// trailerBlock encodes the trailers of req (its Trailer map, filled once
+// the body was read to its end).
+func trailerBlock(req *http.Request) []byte {
 	var trailers []byte
 	for k, vv := range req.Trailer {
 		var tmp [64]byte
@@ -150,7 +112,7 @@ func (st *Stream) pump(body io.ReadCloser, req *http.Request) {
 			trailers = wire.AppendField(trailers, name, v)
 		}
 	}
-	_ = st.CloseWrite(trailers)
+	return trailers
 }
 
 // response builds the http.Response of a stream whose head has come.

@@ -94,9 +94,10 @@ type Pool struct {
 	conns   []*conn
 	dialing int
 	// freed is closed (and replaced) when a stream slot may have become
-	// free or a connection was added or failed: requests waiting for a
-	// slot look again.
-	freed chan struct{}
+	// free or a connection was added or failed, if a request waits for a
+	// slot (waiting): they look again.
+	freed   chan struct{}
+	waiting int
 }
 
 // NewPool returns a pool for the endpoint cfg.Dial reaches.
@@ -152,24 +153,34 @@ func (p *Pool) acquire(ctx context.Context) (c *conn, fresh bool, err error) {
 		// A connection is being opened, or none more is allowed: wait
 		// for it, or for a stream to end.
 		freed := p.freed
+		p.waiting++
 		p.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(p.cfg.ConnectTimeout)
 		}
+		var err error
 		select {
 		case <-freed:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			err = ctx.Err()
 		case <-timer.C:
-			return nil, false, ErrOverloaded
+			err = ErrOverloaded
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if err != nil {
+			return nil, false, err
 		}
 	}
 }
 
 // wakeLocked tells the requests waiting for a slot to look again.
 func (p *Pool) wakeLocked() {
-	close(p.freed)
-	p.freed = make(chan struct{})
+	if p.waiting > 0 {
+		close(p.freed)
+		p.freed = make(chan struct{})
+	}
 }
 
 // release gives back a slot of c (a stream ended, or a reservation was

@@ -70,6 +70,8 @@ type Stream struct {
 	cond          sync.Cond
 	bodyCloser    io.Closer
 	interim       func(int, *wire.FieldList)
+	stopWatch     func() bool // ends the watch of the caller's context (Exchange)
+	pumping       sync.WaitGroup
 }
 
 var (
@@ -232,14 +234,25 @@ func (st *Stream) writeErrLocked() error {
 	return errStreamClosed
 }
 
+// timerPool holds the timers of the waits for a response head.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
 // Await waits for the response head (1xx answers are skipped), for at
 // most timeout (0: no bound), or until ctx ends; then the stream is
 // reset.
 func (st *Stream) Await(ctx context.Context, timeout time.Duration) error {
 	var tc <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
+		t := timerPool.Get().(*time.Timer)
+		t.Reset(timeout)
+		defer func() {
+			t.Stop() // since Go 1.23, nothing stale is left to receive
+			timerPool.Put(t)
+		}()
 		tc = t.C
 	}
 	select {
@@ -330,7 +343,12 @@ func (st *Stream) Close() {
 	if !st.removed {
 		c.resetLocked(st, http2.ErrCodeCancel, errStreamClosed)
 	}
+	stop := st.stopWatch
+	st.stopWatch = nil
 	c.unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // resetLocked ends st abnormally with err: reads and writes waiting fail,

@@ -135,6 +135,12 @@ func (l *FieldList) Add(name, value string) {
 	l.ends = append(l.ends, fieldEnds{n, uint32(len(l.arena))})
 }
 
+// CopyFrom makes l a copy of src.
+func (l *FieldList) CopyFrom(src *FieldList) {
+	l.arena = append(l.arena[:0], src.arena...)
+	l.ends = append(l.ends[:0], src.ends...)
+}
+
 // Len is the number of fields.
 func (l *FieldList) Len() int { return len(l.ends) }
 
@@ -169,4 +175,75 @@ func WriteBlock(fr *http2.Framer, id uint32, blk []byte, end bool, maxFrame int)
 		n = min(len(blk), maxFrame)
 		_ = fr.WriteContinuation(id, n == len(blk), blk[:n])
 	}
+}
+
+// Del removes every field named name (compared without regard to ASCII
+// case), keeping the others in order; it reports whether there was one.
+func (l *FieldList) Del(name string) bool {
+	found := false
+	for i := range l.ends {
+		if k, _ := l.At(i); equalFoldASCII(k, name) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	var kept FieldList
+	kept.arena = make([]byte, 0, len(l.arena))
+	for i := range l.ends {
+		k, v := l.At(i)
+		if !equalFoldASCII(k, name) {
+			kept.AddBytes(k, v)
+		}
+	}
+	l.arena = append(l.arena[:0], kept.arena...)
+	l.ends = append(l.ends[:0], kept.ends...)
+	return true
+}
+
+// Set makes value the one field named name (stored in lower case).
+func (l *FieldList) Set(name, value string) {
+	l.Del(name)
+	var tmp [64]byte
+	l.AddBytes(Lower(tmp[:0], name), []byte(value))
+}
+
+// AddBytes is Add for byte slices.
+func (l *FieldList) AddBytes(name, value []byte) {
+	l.arena = append(l.arena, name...)
+	n := uint32(len(l.arena))
+	l.arena = append(l.arena, value...)
+	l.ends = append(l.ends, fieldEnds{n, uint32(len(l.arena))})
+}
+
+// AppendFields appends every field of l to a header block. Names are in
+// lower case already.
+func AppendFields(blk []byte, l *FieldList) []byte {
+	for i := range l.Len() {
+		k, v := l.At(i)
+		blk = AppendField(blk, k, v)
+	}
+	return blk
+}
+
+// equalFoldASCII reports whether a equals b ignoring ASCII case.
+func equalFoldASCII(a []byte, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

@@ -174,3 +174,41 @@ func TestUpstreamCancelPassedOn(t *testing.T) {
 		t.Fatalf("the HTTP/1.1 client got %d, want 502", code)
 	}
 }
+
+// TestGRPCTimeoutBoundsTheCall: a gRPC call's grpc-timeout bounds it in
+// ebb too, whatever its client does after sending it: past the deadline
+// the upstream's stream is cancelled, and the client's, before the
+// response head and while the response streams.
+func TestGRPCTimeoutBoundsTheCall(t *testing.T) {
+	cancelled := make(chan string, 2)
+	origin := proxytest.H2CServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/streaming" {
+			w.Header().Set("Content-Type", "application/grpc")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done() // the call never ends by itself
+		cancelled <- r.URL.Path
+	}))
+	addr := startedClusterProxy(t, func(c *config.Cluster) { c.Protocol = config.ProtocolH2C }, origin)
+	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
+	for _, path := range []string{"/unary", "/streaming"} {
+		req := mustRequest(t, http.MethodPost, "http://"+addr+path)
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Grpc-Timeout", "100m")
+		resp, err := h2c.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		var se http2.StreamError
+		if !errors.As(err, &se) || se.Code != http2.ErrCodeCancel {
+			t.Errorf("%s: the client got %v, want its stream reset with CANCEL at the deadline", path, err)
+		}
+		if got := within(t, cancelled, 10*time.Second, path+"'s cancellation at the upstream"); got != path {
+			t.Errorf("the upstream saw %s cancelled, want %s", got, path)
+		}
+	}
+}

@@ -90,6 +90,10 @@ type H2Request struct {
 	Interim func(status int, fields *wire.FieldList)
 	// Block is where each attempt's header block is encoded.
 	Block []byte
+	// Deadline, if not zero, is the call's (grpc-timeout): it bounds
+	// each attempt's wait for the response head, and no attempt starts
+	// after it.
+	Deadline time.Time
 }
 
 // H2 reports whether the cluster's endpoints are reached through ebb's
@@ -108,7 +112,13 @@ func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, bo
 		trip.Attempts = attempt
 		var a *upstream.Attempt
 		var rb io.ReadCloser
-		if body != nil {
+		var inline []byte
+		switch {
+		case body != nil && r.Trailers == nil && body.Buffered() != nil:
+			// In memory, and no trailers to follow: framed with the
+			// HEADERS, the last DATA frame ending the stream.
+			inline = body.Buffered()
+		case body != nil:
 			a = body.StartAttempt()
 			rb = a
 		}
@@ -123,7 +133,7 @@ func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, bo
 		r.Block = wire.AppendField(r.Block, []byte(":path"), r.Path)
 		r.Block = wire.AppendFields(r.Block, r.Fields)
 		sent := time.Now()
-		st, err := ep.h2.Exchange(ctx, &h2client.Request{Block: r.Block, Head: head, Interim: r.Interim}, rb, r.Trailers)
+		st, err := ep.h2.Exchange(ctx, &h2client.Request{Block: r.Block, Body: inline, Head: head, Interim: r.Interim, Deadline: r.Deadline}, rb, r.Trailers)
 		c.metrics.Attempt(time.Since(sent))
 		if err == nil {
 			endAttempt(span, st.Status(), nil)
@@ -135,6 +145,9 @@ func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, bo
 		ep.Release()
 		c.outcome(ep, upstream.IsConnectFailure(err), 0)
 		replayable := a == nil || a.End(false) && body.Replayable()
+		if !r.Deadline.IsZero() && !time.Now().Before(r.Deadline) {
+			return nil, ep, err // the call's time is up
+		}
 		next := c.retry(ctx, ep, attempt, err, idempotent, replayable)
 		if next == nil {
 			return nil, ep, err

@@ -82,6 +82,11 @@ func (c *Cluster) ejectUnlessLast(ep *Endpoint) {
 		if other != ep && other.health.available(now) {
 			ep.health.eject()
 			c.metrics.Ejection()
+			if ep.h2 != nil {
+				// No new stream goes to it; its HTTP/2 connections close
+				// (with ebb's GOAWAY) once their streams are done.
+				ep.h2.CloseIdle()
+			}
 			return
 		}
 	}

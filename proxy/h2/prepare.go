@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -44,6 +45,12 @@ func (c *call) Prepare(rt *route.Route) (int, string) {
 			// an upstream that multiplexes streams: only its silence is
 			// bounded, not its rate.
 			st.MessageStream()
+		}
+		if n, ok := st.BodyArrived(); size < 0 && ok && rt.Cluster.H2() {
+			// Arrived whole, a body of unknown length (gRPC's) has one:
+			// read into memory, it goes up with the request's HEADERS,
+			// without a writer of its own.
+			size = n
 		}
 		c.body = upstream.AcquireBody(st.Body(), nil, limit, size, pace.Budget{})
 		// With trailers announced, the body streams: they come after it.
@@ -318,6 +325,11 @@ func (c *call) prepareH2(hop headers.Hop, announced bool) {
 	r := &c.h2r
 	r.Method, r.Authority, r.Path, r.Fields = st.Method(), st.Authority(), c.target(), l
 	r.Interim = st.interimFields
+	if d, ok := grpcTimeout(fields.Get("grpc-timeout")); ok {
+		// The call's deadline bounds its attempts (the header goes on
+		// too: the upstream bounds its work by it).
+		r.Deadline = time.Now().Add(d)
+	}
 	switch {
 	case body == nil:
 	case body.Buffered() != nil && st.Trailers().Len() > 0, body.Buffered() == nil && (announced || !bytes.HasPrefix(fields.Get("content-type"), []byte("application/grpc"))):
@@ -359,4 +371,24 @@ func addTrailerName(names []string, name []byte) []string {
 		return names
 	}
 	return append(names, k)
+}
+
+// grpcTimeout parses a gRPC call's grpc-timeout (gRPC's PROTOCOL-HTTP2.md:
+// at most 8 digits and a unit, H, M, S, m, u or n).
+func grpcTimeout(v []byte) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v[:len(v)-1] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	unit := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second, 'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}[v[len(v)-1]]
+	if unit == 0 {
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
 }

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 
 	"github.com/ebb-proxy/ebb/proxy/cluster"
 	"github.com/ebb-proxy/ebb/proxy/events"
 	"github.com/ebb-proxy/ebb/proxy/forward"
+	"github.com/ebb-proxy/ebb/proxy/h2client"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/route"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
@@ -172,7 +174,20 @@ func (c *call) sendH2(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 		if c.upstreamCancelled(rt, ep, err) {
 			return http.StatusBadGateway, ep, nil
 		}
+		if errors.Is(err, h2client.ErrDeadline) {
+			// The call's grpc-timeout passed: its stream is cancelled,
+			// as the upstream would have cancelled it.
+			rt.Cluster.Metrics().UpstreamError(upstream.KindTimeout)
+			c.relayErr, c.resetCode = err, http2.ErrCodeCancel
+			return http.StatusGatewayTimeout, ep, nil
+		}
 		return 0, ep, err
+	}
+	if !c.h2r.Deadline.IsZero() {
+		// The deadline bounds the whole call: a response still streaming
+		// then is cut, both streams cancelled.
+		t := time.AfterFunc(time.Until(c.h2r.Deadline), func() { up.Cancel(h2client.ErrDeadline) })
+		defer t.Stop()
 	}
 	defer func() {
 		// The upstream stream's end closes what it still reads of the
@@ -219,6 +234,16 @@ func (c *call) sendH2(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 	}
 	if c.sent, err = copyBody(st, body); err != nil {
 		c.relayErr = err
+		var se http2.StreamError
+		switch {
+		case errors.Is(err, h2client.ErrDeadline):
+			c.resetCode = http2.ErrCodeCancel
+		case errors.As(err, &se) && se.Code != http2.ErrCodeNo:
+			// The upstream reset its stream: the client's is reset with
+			// the same code (CANCEL from a gRPC server is a cancelled
+			// call, not an internal error).
+			c.resetCode = se.Code
+		}
 		return status, ep, nil
 	}
 	t := up.Trailer()

@@ -518,3 +518,16 @@ func (st *Stream) trailerBlock() []byte {
 	}
 	return blk
 }
+
+// BodyArrived returns the size of a request body that has arrived whole
+// (its END_STREAM read, nothing of it read yet by the handler), or false.
+// A gRPC unary call's message usually has by the time its handler runs.
+func (st *Stream) BodyArrived() (int64, bool) {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.inErr != io.EOF || st.reset || st.inOff != 0 {
+		return 0, false
+	}
+	return int64(len(st.in)), true
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
@@ -82,7 +83,13 @@ func (p *Pool) Exchange(ctx context.Context, r *Request, body io.ReadCloser, tra
 		st.c.mu.Unlock()
 		wait = context.Background()
 	}
-	if err := st.Await(wait, p.cfg.ResponseTimeout); err != nil {
+	timeout, timeoutErr := p.cfg.ResponseTimeout, errResponseTimeout
+	if !r.Deadline.IsZero() {
+		if d := time.Until(r.Deadline); timeout <= 0 || d < timeout {
+			timeout, timeoutErr = max(d, time.Nanosecond), ErrDeadline
+		}
+	}
+	if err := st.await(wait, timeout, timeoutErr); err != nil {
 		st.Close()
 		st.Wait()
 		return nil, err

@@ -37,7 +37,15 @@ type Request struct {
 	// Interim, if not nil, is given each interim (1xx) response but a
 	// 101, on the connection's read loop: it must not block.
 	Interim func(status int, fields *wire.FieldList)
+	// Deadline, if not zero, bounds the wait for the response head
+	// besides the pool's response timeout (a gRPC call's grpc-timeout):
+	// past it the wait fails with ErrDeadline.
+	Deadline time.Time
 }
+
+// ErrDeadline is the failure of an exchange whose Request.Deadline passed
+// before the response head came: the upstream's stream is cancelled.
+var ErrDeadline = &upstream.Error{Kind: upstream.KindTimeout, Err: errors.New("the call's deadline (grpc-timeout) passed")}
 
 // Stream is one exchange. Its response head is read after Await; its
 // body with Read, from one goroutine; its request body, if streamed, is
@@ -137,7 +145,9 @@ func (c *conn) open(req *Request) *Stream {
 	if len(req.Body) > 0 {
 		n := st.dataLocked(req.Body, !req.Streamed)
 		if n < len(req.Body) {
-			// The windows are shut: the rest goes as they open.
+			// The windows are shut: the rest goes as they open, written
+			// by the stream's one goroutine (see Wait).
+			st.pumping.Add(1)
 			go st.writeRest(req.Body[n:], !req.Streamed)
 		}
 	}
@@ -147,6 +157,7 @@ func (c *conn) open(req *Request) *Stream {
 
 // writeRest writes what the windows did not let open send.
 func (st *Stream) writeRest(b []byte, end bool) {
+	defer st.pumping.Done()
 	_ = st.write(b, end)
 }
 
@@ -245,6 +256,11 @@ var timerPool = sync.Pool{New: func() any {
 // most timeout (0: no bound), or until ctx ends; then the stream is
 // reset.
 func (st *Stream) Await(ctx context.Context, timeout time.Duration) error {
+	return st.await(ctx, timeout, errResponseTimeout)
+}
+
+// await is Await failing with timeoutErr when timeout passes.
+func (st *Stream) await(ctx context.Context, timeout time.Duration, timeoutErr error) error {
 	var tc <-chan time.Time
 	if timeout > 0 {
 		t := timerPool.Get().(*time.Timer)
@@ -261,8 +277,8 @@ func (st *Stream) Await(ctx context.Context, timeout time.Duration) error {
 		st.abort(context.Cause(ctx))
 		return ctx.Err()
 	case <-tc:
-		st.abort(errResponseTimeout)
-		return errResponseTimeout
+		st.abort(timeoutErr)
+		return timeoutErr
 	}
 	c := st.c
 	c.mu.Lock()
@@ -510,3 +526,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	c.resetLocked(st, 0, err)
 	return nil
 }
+
+// Cancel resets the stream (CANCEL) with err as its failure: a read
+// waiting for the response body returns err.
+func (st *Stream) Cancel(err error) { st.abort(err) }

@@ -516,8 +516,11 @@ func (c *conn) fail(err error) {
 	c.p.mu.Unlock()
 	c.mu.Lock()
 	if c.closed && c.wclose && len(c.streams) == 0 {
-		// Closed gracefully: the writer closes it.
+		// Closed gracefully, and now over: the read loop ends here
+		// (the upstream closed, or the linger passed), and the writer
+		// has half-closed the connection, or is writing its GOAWAY.
 		c.unlock()
+		c.nc.Close()
 		return
 	}
 	if !c.closed {

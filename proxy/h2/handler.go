@@ -60,7 +60,7 @@ func Forwarder(l *forward.Listener) Handler {
 			if code == 0 {
 				code = http2.ErrCodeInternal
 			}
-			st.Reset(code)
+			st.ResetAfterOutput(code)
 		}
 	})
 }

@@ -87,17 +87,18 @@ type Stream struct {
 	unwinding    bool // reset while its handler ran (counted in c.unwinding until it returns)
 	bodyClosed   bool // nobody reads the body any more
 
-	sendWindow int64        // what the client lets us send
-	hq         []byte       // header blocks to send, back to back
-	hqItems    []headerItem // their sizes, in order
-	out        []byte       // response body bytes to send
-	outOff     int          // out[:outOff] is sent
-	outEnd     bool         // the response ends after out (and trailers)
-	trailerBlk []byte       // the trailers' header block, sent after out
-	rstWanted  bool         // a RST_STREAM(NO_ERROR) follows the end: the client is still sending a body nobody reads
-	queued     bool         // in c.ready
-	blocked    bool         // in c.blocked
-	finalSent  bool         // a final (non-1xx) header block was queued
+	sendWindow int64         // what the client lets us send
+	hq         []byte        // header blocks to send, back to back
+	hqItems    []headerItem  // their sizes, in order
+	out        []byte        // response body bytes to send
+	outOff     int           // out[:outOff] is sent
+	outEnd     bool          // the response ends after out (and trailers)
+	trailerBlk []byte        // the trailers' header block, sent after out
+	rstWanted  bool          // a RST_STREAM(NO_ERROR) follows the end: the client is still sending a body nobody reads
+	resetAfter http2.ErrCode // a RST_STREAM with this code follows the output queued (ResetAfterOutput); 0: none
+	queued     bool          // in c.ready
+	blocked    bool          // in c.blocked
+	finalSent  bool          // a final (non-1xx) header block was queued
 
 	// Owned by the handler.
 	hb []byte // fields added since the last header block
@@ -350,6 +351,25 @@ func (st *Stream) Reset(code http2.ErrCode) {
 	c.mu.Lock()
 	defer c.unlock()
 	c.resetLocked(st, code, true)
+}
+
+// ResetAfterOutput resets the stream (code not 0) once what the handler
+// has written so far has gone out (within the flow-control windows, and
+// the write timeout): a response cut short by its upstream reaches the
+// client as far as it came, then the reset.
+func (st *Stream) ResetAfterOutput(code http2.ErrCode) {
+	c := st.c
+	c.mu.Lock()
+	defer c.unlock()
+	if st.reset {
+		return
+	}
+	if len(st.hq) == 0 && st.outOff == len(st.out) {
+		c.resetLocked(st, code, true)
+		return
+	}
+	st.resetAfter = code
+	c.queueLocked(st)
 }
 
 // bodyReader is the request body as an io.Reader that is never the

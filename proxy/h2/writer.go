@@ -180,6 +180,11 @@ func (c *Conn) emitLocked(st *Stream) {
 		st.outStall = time.Now()
 		c.armStallLocked(st.outStall.Add(c.srv.WriteTimeout))
 	}
+	if st.resetAfter != 0 && len(st.hq) == 0 && st.outOff == len(st.out) {
+		// What the handler wrote is out: now the reset (ResetAfterOutput).
+		c.resetLocked(st, st.resetAfter, true)
+		return
+	}
 	if st.localClosed {
 		if st.rstWanted && !st.remoteClosed {
 			c.resetLocked(st, http2.ErrCodeNo, true)

@@ -480,6 +480,9 @@ func (c *conn) tick() {
 
 var (
 	errPingTimeout = errors.New("upstream HTTP/2 connection did not answer a PING")
+	// errClosedGracefully: ebb closed the connection with its GOAWAY,
+	// its streams done.
+	errClosedGracefully = errors.New("upstream HTTP/2 connection closed by ebb")
 	// errGoneAway and errRefused are the failures of streams the upstream
 	// did not process.
 	errGoneAway = fmt.Errorf("%w: the stream is beyond the last one of its GOAWAY", upstream.ErrResend)
@@ -502,7 +505,7 @@ func (c *conn) closeIfDoneLocked() {
 		return
 	}
 	c.closed = true
-	c.err = errPoolClosed
+	c.err = errClosedGracefully
 	_ = c.wfr.WriteGoAway(0, http2.ErrCodeNo, nil)
 	c.wclose = true
 	c.wakeLocked()

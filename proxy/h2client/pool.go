@@ -206,26 +206,26 @@ func (p *Pool) removeLocked(c *conn) {
 // The pool itself stays usable: a request sent later opens a new
 // connection.
 func (p *Pool) CloseIdle() {
+	for _, c := range p.takeAll() {
+		c.retire()
+	}
+}
+
+// takeAll takes every connection out of the pool and returns them.
+func (p *Pool) takeAll() []*conn {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	conns := append([]*conn(nil), p.conns...)
 	p.conns = p.conns[:0]
 	p.wakeLocked()
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.retire()
-	}
+	return conns
 }
 
 // Close closes every connection of the pool at once, streams in flight
 // failing, and waits for their goroutines to return. Connections that
 // left the pool earlier (gone away, retired) end on their own.
 func (p *Pool) Close() {
-	p.mu.Lock()
-	conns := append([]*conn(nil), p.conns...)
-	p.conns = p.conns[:0]
-	p.wakeLocked()
-	p.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range p.takeAll() {
 		c.fail(errPoolClosed)
 		c.nc.Close()
 		c.wait()

@@ -44,7 +44,7 @@ func (c *conn) writeLoop() {
 		}
 		yielded = false
 		if len(c.pend) == 0 {
-			graceful := c.err == errPoolClosed
+			graceful := c.err == errClosedGracefully
 			c.mu.Unlock()
 			c.endWrites(graceful)
 			return

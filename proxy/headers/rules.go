@@ -17,6 +17,8 @@ package headers
 
 import (
 	"bytes"
+
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 )
 
 // Fields is the part of a header section the rules read and change. The
@@ -241,7 +243,7 @@ func hopBit[S string | []byte](k S) hopMask {
 	switch len(k) {
 	case 2, 7, 10, 14, 16:
 		for i, name := range hopByHop {
-			if len(name) == len(k) && equalFold(k, name) {
+			if len(name) == len(k) && wire.EqualFold(k, name) {
 				return 1 << i
 			}
 		}
@@ -251,32 +253,11 @@ func hopBit[S string | []byte](k S) hopMask {
 
 func isProtected[S string | []byte](opt S) bool {
 	for _, name := range protectedFromConnection {
-		if equalFold(opt, name) {
+		if wire.EqualFold(opt, name) {
 			return true
 		}
 	}
 	return false
-}
-
-// equalFold reports whether s and name are equal ignoring ASCII case
-// (field names are ASCII tokens).
-func equalFold[S string | []byte](s S, name string) bool {
-	if len(s) != len(name) {
-		return false
-	}
-	for i := range len(name) {
-		a, b := s[i], name[i]
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		if a != b {
-			return false
-		}
-	}
-	return true
 }
 
 // listsToken reports whether any of the comma-separated lists holds tok

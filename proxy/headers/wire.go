@@ -14,7 +14,7 @@ type Wire struct{ L *wire.FieldList }
 func (h Wire) PeekAll(name string) [][]byte {
 	var out [][]byte
 	for i := range h.L.Len() {
-		if k, v := h.L.At(i); equalFold(k, name) {
+		if k, v := h.L.At(i); wire.EqualFold(k, name) {
 			out = append(out, v)
 		}
 	}

@@ -89,21 +89,14 @@ func (c *H2CConn) Block(fields [][2]string) []byte {
 // acknowledgements of its own PINGs included) to handle, on
 // the connection's one goroutine (with metaHeaders, header blocks come
 // decoded whole, as *http2.MetaHeadersFrame). handle returning false ends
-// the connection. The connections net/http's Transport keeps open end
-// with the test.
+// the connection. The connections a client keeps open end with the test.
 func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.Frame) bool) string {
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		ended bool
-	)
-	addr := Origin(t, func(c net.Conn, br *bufio.Reader) {
-		mu.Lock()
-		conns = append(conns, c)
-		if ended {
-			c.Close()
-		}
-		mu.Unlock()
+	return H2CFramesWith(t, nil, metaHeaders, handle)
+}
+
+// H2CFramesWith is H2CFrames sending settings in its SETTINGS frame.
+func H2CFramesWith(t testing.TB, settings []http2.Setting, metaHeaders bool, handle func(c *H2CConn, f http2.Frame) bool) string {
+	return HostileOrigin(t, func(c net.Conn, br *bufio.Reader) {
 		preface := make([]byte, len(http2.ClientPreface))
 		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
 			return
@@ -113,7 +106,7 @@ func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.F
 		if metaHeaders {
 			hc.Fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 		}
-		if hc.Fr.WriteSettings() != nil {
+		if hc.Fr.WriteSettings(settings...) != nil {
 			return
 		}
 		for {
@@ -141,15 +134,6 @@ func H2CFrames(t testing.TB, metaHeaders bool, handle func(c *H2CConn, f http2.F
 			}
 		}
 	})
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		ended = true
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return addr
 }
 
 // H2CServer serves h with net/http's HTTP/2 server, cleartext (h2c), on

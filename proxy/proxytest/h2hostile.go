@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -68,35 +67,12 @@ type HostileConn struct {
 // then hands the connection to attack, on the connection's goroutine, and
 // closes the connection when attack returns.
 func HostileH2C(t testing.TB, settings []http2.Setting, attack func(c *HostileConn)) string {
-	return HostileOrigin(t, func(nc net.Conn, br *bufio.Reader) {
-		preface := make([]byte, len(http2.ClientPreface))
-		if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
-			return
+	return H2CFramesWith(t, settings, false, func(c *H2CConn, f http2.Frame) bool {
+		if h, ok := f.(*http2.HeadersFrame); ok {
+			attack(&HostileConn{H2CConn: c, Stream: h.StreamID})
+			return false
 		}
-		hc := &H2CConn{Conn: nc, Reader: br, Fr: http2.NewFramer(nc, br)}
-		hc.enc = hpack.NewEncoder(&hc.hbuf)
-		if hc.Fr.WriteSettings(settings...) != nil {
-			return
-		}
-		for {
-			f, err := hc.Fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() && hc.Fr.WriteSettingsAck() != nil {
-					return
-				}
-			case *http2.PingFrame:
-				if !f.IsAck() && hc.Fr.WritePing(true, f.Data) != nil {
-					return
-				}
-			case *http2.HeadersFrame:
-				attack(&HostileConn{H2CConn: hc, Stream: f.StreamID})
-				return
-			}
-		}
+		return true
 	})
 }
 

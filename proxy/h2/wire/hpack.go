@@ -182,7 +182,7 @@ func WriteBlock(fr *http2.Framer, id uint32, blk []byte, end bool, maxFrame int)
 func (l *FieldList) Del(name string) bool {
 	found := false
 	for i := range l.ends {
-		if k, _ := l.At(i); equalFoldASCII(k, name) {
+		if k, _ := l.At(i); EqualFold(k, name) {
 			found = true
 			break
 		}
@@ -194,7 +194,7 @@ func (l *FieldList) Del(name string) bool {
 	kept.arena = make([]byte, 0, len(l.arena))
 	for i := range l.ends {
 		k, v := l.At(i)
-		if !equalFoldASCII(k, name) {
+		if !EqualFold(k, name) {
 			kept.AddBytes(k, v)
 		}
 	}
@@ -228,20 +228,21 @@ func AppendFields(blk []byte, l *FieldList) []byte {
 	return blk
 }
 
-// equalFoldASCII reports whether a equals b ignoring ASCII case.
-func equalFoldASCII(a []byte, b string) bool {
-	if len(a) != len(b) {
+// EqualFold reports whether s and name are equal ignoring ASCII case
+// (field names are ASCII tokens).
+func EqualFold[S string | []byte](s S, name string) bool {
+	if len(s) != len(name) {
 		return false
 	}
-	for i := range len(b) {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
+	for i := range len(name) {
+		a, b := s[i], name[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
 		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
 		}
-		if x != y {
+		if a != b {
 			return false
 		}
 	}

@@ -41,7 +41,7 @@ func newPool(t *testing.T, addr string, edit func(*h2client.Config)) *h2client.P
 	return p
 }
 
-func request(t *testing.T, method, addr, path string, body io.Reader) *http.Request {
+func request(t testing.TB, method, addr, path string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+addr+path, body)
 	if err != nil {

@@ -6,12 +6,12 @@
 package h2
 
 import (
-	"errors"
 	"io"
 	"time"
 
 	"golang.org/x/net/http2"
 
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/pace"
 )
 
@@ -144,7 +144,7 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 			c.peerWindow = int64(s.Val)
 			for _, st := range c.streams {
 				st.sendWindow += delta
-				if st.sendWindow > 1<<31-1 {
+				if st.sendWindow > wire.MaxWindow {
 					c.unlock()
 					return http2.ConnectionError(http2.ErrCodeFlowControl)
 				}
@@ -163,11 +163,7 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
-		var ce http2.ConnectionError
-		if errors.As(err, &ce) {
-			return c.connErr(http2.ErrCode(ce), "invalid SETTINGS")
-		}
-		return c.connErr(http2.ErrCodeProtocol, "invalid SETTINGS")
+		return c.connErr(wire.SettingsErrCode(err), "invalid SETTINGS")
 	}
 	c.mu.Lock()
 	defer c.unlock()
@@ -203,7 +199,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer c.unlock()
 	if f.StreamID == 0 {
 		c.sendWindow += inc
-		if c.sendWindow > 1<<31-1 {
+		if c.sendWindow > wire.MaxWindow {
 			return c.connErrLocked(http2.ErrCodeFlowControl, "connection window above 2^31-1")
 		}
 		for _, st := range c.blocked {
@@ -225,7 +221,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return nil // a closed stream: allowed for a while
 	}
 	st.sendWindow += inc
-	if st.sendWindow > 1<<31-1 {
+	if st.sendWindow > wire.MaxWindow {
 		c.resetLocked(st, http2.ErrCodeFlowControl, true)
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/ebb-proxy/ebb/proxy/h2/wire"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -340,7 +341,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			c.peerWindow = int64(s.Val)
 			for _, st := range c.streams {
 				st.sendWindow += delta
-				if st.sendWindow > 1<<31-1 {
+				if st.sendWindow > wire.MaxWindow {
 					c.mu.Unlock()
 					return http2.ConnectionError(http2.ErrCodeFlowControl)
 				}
@@ -354,11 +355,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
-		var ce http2.ConnectionError
-		if errors.As(err, &ce) {
-			return connError{http2.ErrCode(ce), "invalid SETTINGS"}
-		}
-		return connError{http2.ErrCodeProtocol, "invalid SETTINGS"}
+		return connError{wire.SettingsErrCode(err), "invalid SETTINGS"}
 	}
 	c.mu.Lock()
 	defer c.unlock()
@@ -414,7 +411,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer c.unlock()
 	if f.StreamID == 0 {
 		c.sendWindow += inc
-		if c.sendWindow > 1<<31-1 {
+		if c.sendWindow > wire.MaxWindow {
 			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
 		}
 		c.wcond.Broadcast()
@@ -428,7 +425,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return nil // a closed stream
 	}
 	st.sendWindow += inc
-	if st.sendWindow > 1<<31-1 {
+	if st.sendWindow > wire.MaxWindow {
 		c.resetLocked(st, http2.ErrCodeFlowControl, &upstream.Error{Kind: upstream.KindInvalid, Err: errors.New("stream window above 2^31-1")})
 		return nil
 	}

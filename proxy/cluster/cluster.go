@@ -38,7 +38,8 @@ type Endpoint struct {
 	rt       upstream.H1    // http1 clusters
 	h2       *h2client.Pool // h2c and h2 clusters
 	h2dial   func(context.Context) (net.Conn, error)
-	ht       *http.Transport // auto clusters
+	ht       *http.Transport // auto clusters, for an endpoint that speaks HTTP/1.1
+	speaksH1 atomic.Bool     // an auto endpoint's TLS handshake negotiated HTTP/1.1
 	dialer   *net.Dialer
 }
 
@@ -60,7 +61,9 @@ func (ep *Endpoint) Release() {
 func (ep *Endpoint) closeIdle() {
 	if ep.h2 != nil {
 		ep.h2.CloseIdle()
-		return
+		if ep.ht == nil {
+			return
+		}
 	}
 	if ep.ht != nil {
 		ep.ht.CloseIdleConnections()
@@ -88,7 +91,7 @@ type Cluster struct {
 	// inFlight counts the requests Admit let in and that have not left.
 	inFlight atomic.Int64
 	p2c      bool
-	netHTTP  bool        // endpoints are reached through net/http (h2c, h2, auto)
+	netHTTP  bool        // not http1: requests take net/http's form, or HTTP/2's own (see NetHTTP)
 	scheme   string      // of upstream URLs: "http" or "https"
 	tls      *tls.Config // h2 and auto clusters
 	metrics  *metrics.Cluster
@@ -232,6 +235,9 @@ func (c *Cluster) newEndpoint(addr string) *Endpoint {
 		ep.h2 = h2client.NewPool(c.h2Config(ep))
 		return ep
 	case config.ProtocolAuto:
+		// HTTP/2 through ebb's own client when the handshake says h2,
+		// net/http's Transport for an endpoint that says HTTP/1.1.
+		ep.h2 = h2client.NewPool(c.h2Config(ep))
 		ep.ht = upstream.NewHTTPTransport(c.cfg, c.tls, func(ctx context.Context) (net.Conn, error) {
 			return c.dialContext(ctx, ep)
 		})
@@ -377,9 +383,11 @@ func (c *Cluster) Name() string { return c.name }
 // Config returns the cluster's configuration. It must not be changed.
 func (c *Cluster) Config() *config.Cluster { return &c.cfg }
 
-// NetHTTP reports whether the cluster's endpoints are reached through
-// net/http's Transport (protocols h2c, h2 and auto) rather than ebb's
-// HTTP/1.1 transport.
+// NetHTTP reports whether the cluster's protocol is other than http1:
+// its requests are built in net/http's form (ExchangeHTTP, through ebb's
+// HTTP/2 client or, for an auto endpoint that speaks HTTP/1.1, net/http's
+// Transport), or, from HTTP/2 clients to h2c and h2 clusters, in HTTP/2's
+// own (H2, ExchangeH2); not through ebb's HTTP/1.1 transport.
 func (c *Cluster) NetHTTP() bool { return c.netHTTP }
 
 // Scheme returns the scheme of the URLs requests to the endpoints use:

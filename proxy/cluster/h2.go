@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,15 +26,23 @@ const (
 	upstreamPingTimeout = 15 * time.Second
 )
 
-// h2Config is the configuration of ep's HTTP/2 pool (an h2c or h2
+// errSpeaksHTTP1 is the failure of a dial to an endpoint of an auto
+// cluster whose TLS handshake negotiated HTTP/1.1: nothing was sent.
+var errSpeaksHTTP1 = errors.New("the upstream negotiated HTTP/1.1")
+
+// h2Config is the configuration of ep's HTTP/2 pool (an h2c, h2 or auto
 // cluster): its connections are dialled and counted as every upstream
-// connection is, and for h2 the TLS handshake must negotiate "h2".
+// connection is, and over TLS the handshake must negotiate "h2" (for
+// auto, one that negotiates HTTP/1.1 marks the endpoint as speaking it).
 func (c *Cluster) h2Config(ep *Endpoint) h2client.Config {
 	cfg := c.cfg
 	dial := func(ctx context.Context) (net.Conn, error) { return c.dialContext(ctx, ep) }
-	if cfg.Protocol == config.ProtocolH2 {
+	if cfg.Protocol == config.ProtocolH2 || cfg.Protocol == config.ProtocolAuto {
 		tc := c.tls.Clone()
 		tc.NextProtos = []string{"h2"}
+		if cfg.Protocol == config.ProtocolAuto {
+			tc.NextProtos = []string{"h2", "http/1.1"}
+		}
 		if tc.ServerName == "" {
 			if host, _, err := net.SplitHostPort(ep.addr); err == nil {
 				tc.ServerName = host
@@ -53,6 +62,12 @@ func (c *Cluster) h2Config(ep *Endpoint) h2client.Config {
 			}
 			if p := tlc.ConnectionState().NegotiatedProtocol; p != "h2" {
 				nc.Close()
+				if cfg.Protocol == config.ProtocolAuto {
+					// From now on this endpoint goes through the transport
+					// that speaks HTTP/1.1 (see ExchangeHTTP).
+					ep.speaksH1.Store(true)
+					return nil, errSpeaksHTTP1
+				}
 				return nil, fmt.Errorf("upstream %s negotiated %q, not h2 (cluster protocol h2; auto takes either)", ep.addr, p)
 			}
 			return tlc, nil

@@ -190,7 +190,8 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 			out = redirect(ctx, out, ep, keep)
 		}
 		var cause context.Context
-		if ep.h2 != nil {
+		viaH2 := ep.h2 != nil && !ep.speaksH1.Load()
+		if viaH2 {
 			// ebb's own HTTP/2 client sends nothing again by itself.
 			out.Body = nil
 			if a != nil {
@@ -206,8 +207,19 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		sent := time.Now()
 		var resp *http.Response
 		var err error
-		if ep.h2 != nil {
+		if viaH2 {
 			resp, err = ep.h2.RoundTrip(out)
+			if errors.Is(err, errSpeaksHTTP1) {
+				// An auto endpoint that speaks HTTP/1.1: this attempt
+				// goes through net/http's Transport, as those after it
+				// will. Nothing was sent; the pool closed the body it was
+				// given, of which nothing was read.
+				if body != nil {
+					a = body.StartAttempt()
+				}
+				out, cause = upstream.ResendOnce(out, a, idempotent, false)
+				resp, err = ep.ht.RoundTrip(out)
+			}
 		} else {
 			resp, err = ep.ht.RoundTrip(out)
 		}

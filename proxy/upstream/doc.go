@@ -1,6 +1,7 @@
 // Package upstream is ebb's side of the exchange with an endpoint: the
 // HTTP/1.1 transport on fasthttp's connection pool (H1), net/http's
-// Transport for h2c, h2 and auto clusters (NewHTTPTransport), the
+// Transport for the endpoints of auto clusters that speak HTTP/1.1
+// (NewHTTPTransport; HTTP/2 upstreams are package h2client's), the
 // connection wrapper that knows what a request cost (Conn), the client's
 // request body on its way up (Body, with one Attempt per try of a net/http
 // exchange), and the failure kinds (Kind, Error) from which the retry

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -48,8 +47,8 @@ const (
 // recBarrier), or with the bytes as they are; any other stream it answers
 // properly, with a body of its own that the fuzzer cannot know (a token
 // drawn per execution). Request 1 (GET, HEAD, or POST with a body) and
-// then request 2 (GET) go through cluster.ExchangeHTTP, on net/http's
-// Transport as upstream.NewHTTPTransport builds it for an h2c cluster:
+// then request 2 (GET) go through cluster.ExchangeHTTP, on ebb's HTTP/2
+// client (package h2client) as an h2c cluster has it:
 // request 2 on the same connection when it survives, and only once the
 // client has read the whole answer to request 1 (the origin follows it
 // with a PING and waits for its acknowledgement; after bytes that are not
@@ -62,11 +61,6 @@ func FuzzH2UpstreamFrames(f *testing.F) {
 	for _, s := range h2Seeds() {
 		f.Add(s.method, s.raw, s.closeAfter, s.frames)
 	}
-	// net/http's HTTP/2 client logs each protocol error the frames make
-	// it find, through the standard logger.
-	w := log.Writer()
-	f.Cleanup(func() { log.SetOutput(w) })
-	log.SetOutput(io.Discard)
 	o := newH2FuzzOrigin(f)
 	// The fuzzing must reach the paths it is for: after a sound answer,
 	// request 2 goes on the same connection.

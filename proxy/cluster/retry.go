@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/proxy/headers"
 	"github.com/ebb-proxy/ebb/proxy/tracing"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
@@ -166,19 +165,19 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 	}
 }
 
-// ExchangeHTTP is ExchangeH1 for net/http upstreams. On success the
+// ExchangeHTTP is ExchangeH1 for requests in net/http's form, to an h2c,
+// h2 or auto cluster: through ebb's HTTP/2 client, or net/http's
+// Transport for an auto endpoint that speaks HTTP/1.1. On success the
 // caller calls ep.Release once the response body is closed. body is the
 // request's body (nil: none); keep, if not nil, adjusts each retry's copy
 // of the request.
 //
 // net/http's Transport sends a request again by itself, on the same
-// endpoint, when it judges that safe; left alone it makes up to seven
-// tries, pausing up to 32 s between them, against an endpoint that
-// refuses every stream. Such requests are therefore arranged to come back
-// here instead (see upstream.ResendOnce), and the retry policy decides.
+// endpoint, when it judges that safe. Such requests are arranged to come
+// back here instead (see upstream.ResendOnce), and the retry policy
+// decides; ebb's HTTP/2 client sends nothing again by itself.
 func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), trip *Trip, log *slog.Logger) (*http.Response, *Endpoint, error) {
 	idempotent := upstream.IsIdempotentMethod(out.Method)
-	h2 := c.cfg.Protocol != config.ProtocolAuto // auto may be HTTP/1.1
 	for attempt := 1; ; attempt++ {
 		trip.Attempts = attempt
 		var a *upstream.Attempt
@@ -198,7 +197,7 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 				out.Body = a
 			}
 		} else {
-			out, cause = upstream.ResendOnce(out, a, idempotent, h2)
+			out, cause = upstream.ResendOnce(out, a, idempotent)
 		}
 		var span trace.Span
 		if trip.Tracer != nil {
@@ -217,7 +216,7 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 				if body != nil {
 					a = body.StartAttempt()
 				}
-				out, cause = upstream.ResendOnce(out, a, idempotent, false)
+				out, cause = upstream.ResendOnce(out, a, idempotent)
 				resp, err = ep.ht.RoundTrip(out)
 			}
 		} else {

@@ -12,22 +12,15 @@ import (
 	"net/http/httptrace"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/ebb-proxy/ebb/config"
 )
 
-// HTTP/2 upstreams (protocols h2c, h2 and auto) are served by net/http's
-// Transport, one per endpoint, so that an endpoint's connections can be
-// let go of on their own when it leaves the cluster. fasthttp has no
-// HTTP/2 client, and net/http's is the maintained successor of x/net's.
-
-// Keep-alive pings on HTTP/2 upstream connections find a dead connection
-// (a peer gone without a FIN) before a request waits on it.
-const (
-	upstreamPingAfter   = 15 * time.Second
-	upstreamPingTimeout = 15 * time.Second
-)
+// The endpoints of auto clusters whose TLS handshake negotiated HTTP/1.1
+// are served by net/http's Transport, one per endpoint, so that an
+// endpoint's connections can be let go of on their own when it leaves the
+// cluster (HTTP/2 upstreams are package h2client's; ebb's own HTTP/1.1
+// transport speaks cleartext only).
 
 // Scheme is the URL scheme requests to the cluster's endpoints use.
 func Scheme(protocol string) string {
@@ -58,32 +51,21 @@ func ClientTLSConfig(cfg config.Cluster) (*tls.Config, error) {
 	return tc, nil
 }
 
-// NewHTTPTransport returns the transport for one endpoint of a cluster
-// whose protocol is not http1. dial opens (and counts) TCP connections.
+// NewHTTPTransport returns the HTTP/1.1 transport, over TLS, for one
+// endpoint of an auto cluster that negotiated HTTP/1.1. dial opens (and
+// counts) TCP connections.
 func NewHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.Context) (net.Conn, error)) *http.Transport {
 	var protocols http.Protocols
-	switch cfg.Protocol {
-	case config.ProtocolH2C:
-		protocols.SetUnencryptedHTTP2(true)
-	case config.ProtocolH2:
-		protocols.SetHTTP2(true)
-	case config.ProtocolAuto:
-		protocols.SetHTTP1(true)
-		protocols.SetHTTP2(true)
-	}
-	if cfg.Protocol == config.ProtocolAuto {
-		plain := dial
-		dial = func(ctx context.Context) (net.Conn, error) {
-			c, err := plain(ctx)
+	protocols.SetHTTP1(true)
+	return &http.Transport{
+		// Every request of this transport goes to the one endpoint.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dial(ctx)
 			if err != nil {
 				return nil, err
 			}
 			return &h1Conn{Conn: c}, nil
-		}
-	}
-	return &http.Transport{
-		// Every request of this transport goes to the one endpoint.
-		DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		},
 		TLSClientConfig:       tc,
 		TLSHandshakeTimeout:   cfg.Timeouts.Connect,
 		Protocols:             &protocols,
@@ -96,15 +78,11 @@ func NewHTTPTransport(cfg config.Cluster, tc *tls.Config, dial func(ctx context.
 		MaxResponseHeaderBytes: ReadBufferSize,
 		// Bodies pass through as they are: no Accept-Encoding of ebb's own.
 		DisableCompression: true,
-		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: upstreamPingAfter,
-			PingTimeout:     upstreamPingTimeout,
-		},
 	}
 }
 
-// h1Conn is a connection of an auto cluster, on which net/http's
-// Transport may speak HTTP/1.1. When such a connection fails, net/http
+// h1Conn is a connection of net/http's Transport to an auto cluster's
+// endpoint, which speaks HTTP/1.1. When such a connection fails, net/http
 // waits for its writer to be done with the request body before it
 // reports the failure, and closes the body only after that: a writer
 // waiting for more of a client's body would wait until the client sent
@@ -124,15 +102,11 @@ func (c *h1Conn) Close() error {
 }
 
 // carryAttempt returns a trace that ties a to the HTTP/1.1 connection
-// net/http sends it on. An HTTP/2 connection carries many streams, and
-// its failure closes their bodies itself: it is left alone.
+// net/http sends it on.
 func carryAttempt(a *Attempt) *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		nc := info.Conn
 		if tc, ok := nc.(*tls.Conn); ok {
-			if tc.ConnectionState().NegotiatedProtocol == "h2" {
-				return
-			}
 			nc = tc.NetConn()
 		}
 		if c, ok := nc.(*h1Conn); ok {
@@ -186,14 +160,11 @@ func ClassifyRoundTrip(err error, cause context.Context) error {
 // ResendOnce prepares one attempt of out so that, when net/http's
 // Transport would send it again, it fails with ErrResend instead:
 //
-//   - with a body (a, its attempt), GetBody returns ErrResend. To an auto
-//     upstream the attempt also goes with its connection (carryAttempt);
-//   - without one, a non-idempotent request to an HTTP/2 upstream (h2,
-//     h2c) gets an empty body with that GetBody (it goes out as HEADERS
-//     and an empty DATA frame ending the stream). Not to an auto one,
-//     which may speak HTTP/1.1: there the body would go out chunked. net/http
-//     sends such a request again by itself only when the upstream did not
-//     process it (a refused stream, a connection that failed before it was
+//   - with a body (a, its attempt), GetBody returns ErrResend, and the
+//     attempt goes with its connection (carryAttempt);
+//   - without one, a non-idempotent request goes as it is
+//     (Content-Length: 0): net/http sends it again by itself only when the
+//     upstream did not process it (a connection that failed before it was
 //     written), on the same endpoint;
 //   - an idempotent one without a body, for which net/http asks no
 //     GetBody, is tracked: when net/http takes a connection for it a
@@ -202,17 +173,13 @@ func ClassifyRoundTrip(err error, cause context.Context) error {
 //     idempotent request, no harm. Its cancel is not called otherwise:
 //     the response body is read under that context, which ends with its
 //     parent.
-func ResendOnce(out *http.Request, a *Attempt, idempotent, h2 bool) (*http.Request, context.Context) {
+func ResendOnce(out *http.Request, a *Attempt, idempotent bool) (*http.Request, context.Context) {
 	switch {
 	case a != nil:
 		out.Body, out.GetBody = a, resendGetBody
-		if !h2 {
-			out = out.WithContext(httptrace.WithClientTrace(out.Context(), carryAttempt(a)))
-		}
-	case !idempotent && h2:
-		out.Body, out.GetBody, out.ContentLength = emptyBody{}, resendGetBody, 0
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), carryAttempt(a)))
 	case !idempotent:
-		// As it is: no body, Content-Length: 0 on HTTP/1.1.
+		// As it is: no body, Content-Length: 0.
 	default:
 		ctx, cancel := context.WithCancelCause(out.Context())
 		var conns atomic.Int32
@@ -225,10 +192,3 @@ func ResendOnce(out *http.Request, a *Attempt, idempotent, h2 bool) (*http.Reque
 	}
 	return out, nil
 }
-
-// emptyBody is a body with nothing in it that net/http takes for one of
-// unknown length (http.NoBody it would take for none).
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }

@@ -22,10 +22,11 @@ import (
 // out, and each attempt sends it from its start; otherwise it streams,
 // once. The fasthttp transport reads it (Read) within the exchange, or,
 // FullDuplex, on a goroutine of its own while it reads the response.
-// net/http's Transport reads it through one Attempt per attempt, on a
-// goroutine of its own, and may go on after RoundTrip returned (the body
-// of a request to an HTTP/2 upstream streams up while the response
-// streams down), until it closes the attempt.
+// An exchange in net/http's form (cluster.ExchangeHTTP: ebb's HTTP/2
+// client, or the HTTP/1 transport through RoundTripHTTP) reads it
+// through one Attempt per attempt, possibly on a goroutine of its own,
+// and may go on after the response has begun (the body streams up while
+// the response streams down), until the attempt ends.
 //
 // Pooled: it goes back to the pool when its last user lets go. The
 // handler holds it from AcquireBody to Release; each attempt, and a
@@ -54,9 +55,9 @@ type Body struct {
 	// as fasthttp's server reads it into the request the handler and the
 	// server go on using once the exchange returns.
 	FullDuplex bool
-	// whole and fault are what the handler may look at while net/http's
-	// Transport is still reading: the body was read to its end; the
-	// client failed (its error).
+	// whole and fault are what the handler may look at while an attempt
+	// is still reading: the body was read to its end; the client failed
+	// (its error).
 	whole atomic.Bool
 	fault atomic.Pointer[error]
 	// interrupted makes reads fail: see interrupt.
@@ -141,6 +142,8 @@ func (b *Body) Buffered() []byte {
 
 // Complete reports whether the whole body has been read.
 func (b *Body) Complete() bool { return b.whole.Load() }
+
+func (b *Body) fullDuplex() bool { return b.FullDuplex }
 
 // Failed returns the client's failure to send the body, if any (b may be
 // nil: no body).
@@ -318,8 +321,11 @@ func (b *Body) Replayable() bool {
 // by the Transport, or ended by ebb), they fail, so that no two attempts
 // ever read the client's stream and the Body can be released.
 type Attempt struct {
-	b       *Body
-	off     int
+	b   *Body
+	off int
+	// onEOF, if set, runs when a read finds the body's end (after the
+	// Body's OnEOF): the HTTP/1 transport's request takes the trailers then.
+	onEOF   func()
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when a read of the client's stream ends
 	reading bool
@@ -335,6 +341,9 @@ func (a *Attempt) Read(p []byte) (int, error) {
 	if b := a.b; b.buffered {
 		defer a.mu.Unlock()
 		if a.off >= len(b.buf) {
+			if a.onEOF != nil {
+				a.onEOF()
+			}
 			return 0, io.EOF
 		}
 		n := copy(p, b.buf[a.off:])
@@ -353,6 +362,8 @@ func (a *Attempt) Read(p []byte) (int, error) {
 	a.mu.Unlock()
 	if last {
 		a.b.Release()
+	} else if err == io.EOF && a.onEOF != nil {
+		a.onEOF()
 	}
 	return n, err
 }

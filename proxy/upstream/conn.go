@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/tls"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -42,6 +43,9 @@ type CutBody interface {
 // One exchange at a time uses it.
 type Conn struct {
 	net.Conn
+	// tcp is the socket: Conn itself, or what a TLS connection runs on
+	// (the checks of TCP_INFO and of an idle socket look at it).
+	tcp  net.Conn
 	used bool  // it has carried a complete exchange
 	sent int64 // bytes written to it
 	// ackBase is the peer's acknowledged byte count (ackedBytes) right
@@ -57,8 +61,16 @@ type Conn struct {
 // NewConn wraps a freshly connected upstream connection. writeTimeout,
 // if positive, bounds each write.
 func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
-	c := &Conn{Conn: nc, writeTimeout: writeTimeout, ackBase: ackedBytes(nc)}
-	c.idle.init(nc)
+	tcp := nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		// Bytes acknowledged count TLS's records, never fewer than the
+		// request's own: a request is still never taken for unreceived
+		// when it was received. A record waiting on an idle socket (a
+		// close_notify, a session ticket) makes it unusable, as any byte.
+		tcp = tc.NetConn()
+	}
+	c := &Conn{Conn: nc, tcp: tcp, writeTimeout: writeTimeout, ackBase: ackedBytes(tcp)}
+	c.idle.init(tcp)
 	return c
 }
 

@@ -29,13 +29,26 @@ import (
 // closed). Requests without such a body are written whole before the
 // response is read, on the exchange's goroutine, as before.
 
+// duplexBody is a request body the duplex writer writes: a Body, or an
+// attemptStream (an auto cluster's request, see RoundTripHTTP).
+type duplexBody interface {
+	io.Reader
+	// Complete reports whether the whole body has been read.
+	Complete() bool
+	// fullDuplex reports whether the engine relays the response while
+	// the body may still be read (Body.FullDuplex).
+	fullDuplex() bool
+	// interrupt ends a read of the client's body in progress.
+	interrupt()
+}
+
 // duplex is the writer of one full-duplex exchange. The exchange sets
 // conn, body and timeout before it starts the writer and reads them only;
 // bw and buf are the writer's; err is the writer's until it signals done,
 // the exchange's after; headRead is guarded by mu. Pooled per transport.
 type duplex struct {
 	conn    net.Conn
-	body    *Body
+	body    duplexBody
 	size    int64         // the body's Content-Length, or -1 (chunked)
 	timeout time.Duration // timeouts.response
 	bw      *bufio.Writer
@@ -52,7 +65,7 @@ type duplex struct {
 // writer sends the request while the response head, and then the body,
 // are read. q is what the response's framing needs of the request, read
 // before the writer started.
-func (t *transport[C]) exchangeDuplex(ctx context.Context, a *attempt[C], req *fasthttp.Request, resp *fasthttp.Response, body *Body, q asked) (bool, error) {
+func (t *transport[C]) exchangeDuplex(ctx context.Context, a *attempt[C], req *fasthttp.Request, resp *fasthttp.Response, body duplexBody, q asked) (bool, error) {
 	// No deadline for the head while the request goes out: the upstream
 	// may rightly wait for the whole body before it answers, for as long
 	// as the client takes to send it (which the engine bounds). The
@@ -82,7 +95,7 @@ func (t *transport[C]) exchangeDuplex(ctx context.Context, a *attempt[C], req *f
 }
 
 // startDuplex starts the writer of req, whose body is body, on conn.
-func (t *transport[C]) startDuplex(conn net.Conn, req *fasthttp.Request, body *Body) *duplex {
+func (t *transport[C]) startDuplex(conn net.Conn, req *fasthttp.Request, body duplexBody) *duplex {
 	d := t.duplexes.Get().(*duplex)
 	size := req.Header.ContentLength()
 	d.conn, d.body, d.size, d.timeout = conn, body, int64(max(size, -1)), t.responseTimeout

@@ -159,7 +159,7 @@ func (t *transport[C]) exchange(ctx context.Context, req *fasthttp.Request, resp
 	// Read before anything is written: a full-duplex exchange's writer
 	// changes the request as it goes.
 	q := asked{head: req.Header.IsHead(), close: req.Header.ConnectionClose()}
-	if b, ok := req.BodyStream().(*Body); ok && b.FullDuplex {
+	if b, ok := req.BodyStream().(duplexBody); ok && b.fullDuplex() {
 		return t.exchangeDuplex(ctx, &a, req, resp, b, q)
 	}
 	bw := t.hc.AcquireWriter(a.conn)
@@ -287,7 +287,7 @@ func (a *attempt[C]) unanswered(err error) (bool, error) {
 	// byte of the request would have come with (or before) the upstream's
 	// FIN or RST, which has been seen by now.
 	if a.uc != nil && a.uc.ackBase >= 0 {
-		acked := ackedBytes(a.uc.Conn)
+		acked := ackedBytes(a.uc.tcp)
 		ue.Unreceived = acked >= 0 && acked-a.uc.ackBase <= a.sent
 	}
 	cancelled(a.stop)

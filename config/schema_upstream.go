@@ -164,12 +164,13 @@ type ClusterTimeouts struct {
 	// failed connect is a 502.
 	Connect time.Duration `key:"connect"`
 	// Response bounds the wait for the response headers, then (HTTP/1
-	// upstreams) each read of the response body, and each write of the
-	// request; exceeded, 504 (if nothing was sent to the client yet).
-	// With h2c, h2 and auto it bounds the wait for the response headers
-	// only: an HTTP/2 stream may rightly idle (a gRPC stream waiting for
-	// its next message); a dead connection is found by PINGs instead
-	// (sent after 15s without frames, 15s to answer).
+	// upstreams, auto endpoints that speak HTTP/1.1 included) each read
+	// of the response body, and each write of the request; exceeded, 504
+	// (if nothing was sent to the client yet). Over HTTP/2 (h2c, h2, and
+	// auto endpoints that negotiate h2) it bounds the wait for the
+	// response headers only: an HTTP/2 stream may rightly idle (a gRPC
+	// stream waiting for its next message); a dead connection is found by
+	// PINGs instead (sent after 15s without frames, 15s to answer).
 	Response time.Duration `key:"response"`
 	// Idle is how long a pooled upstream connection is kept unused. Keep it
 	// below the upstream's own keep-alive timeout, so that ebb, not the

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -12,54 +13,70 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ebb-proxy/ebb/config"
 	echoorigin "github.com/ebb-proxy/ebb/examples/echo"
 	"github.com/ebb-proxy/ebb/proxy/proxytest"
 )
 
 // TestFullDuplexHTTP1Upstream: an HTTP/2 client's request body streams
-// up to an http1 cluster while the response streams down. The origin,
-// examples/echo's, echoes each piece of the body as it reads it; the
-// client sends a piece only once the previous one's echo has come back
-// through ebb, which a proxy that writes the whole body before it reads
-// the response never lets happen. The body is sent chunked, then with a
-// Content-Length too large to be buffered (retries.buffer_body). Each
-// time the body ends, the response ends cleanly, and the upstream
+// up to an http1 cluster while the response streams down, and to an auto
+// cluster's endpoint that speaks HTTP/1.1 over TLS (the same transport).
+// The origin, examples/echo's, echoes each piece of the body as it reads
+// it; the client sends a piece only once the previous one's echo has come
+// back through ebb, which a proxy that writes the whole body before it
+// reads the response never lets happen. The body is sent chunked, then
+// with a Content-Length too large to be buffered (retries.buffer_body).
+// Each time the body ends, the response ends cleanly, and the upstream
 // connection, both its directions over, serves the next request: the
 // origin sees one connection in all.
 func TestFullDuplexHTTP1Upstream(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int32
-	origin := newUnstartedOrigin(t, flushEach(echoorigin.Handler("origin")))
-	origin.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	origin.Start()
-	e := startEbb(t, singleClusterYAML(hostPort(origin)))
-	tr := h2cTransport(t)
 	// 72 KiB in all, beyond retries.buffer_body's 64 KiB, in pieces of
 	// one byte to more than two HTTP/2 frames.
 	var pieces []string
 	for i, n := range []int{1, 1000, 40 << 10, 30 << 10} {
 		pieces = append(pieces, string(randBytes(byte(i), n)))
 	}
-	for _, known := range []bool{false, true} {
-		name := "chunked"
-		if known {
-			name = "content-length"
+	for _, auto := range []bool{false, true} {
+		name := "http1"
+		if auto {
+			name = "auto, HTTP/1.1 over TLS"
 		}
 		t.Run(name, func(t *testing.T) {
-			echoPieces(t, tr, e.url("public", "/echo"), pieces, known)
+			var conns atomic.Int32
+			origin := newUnstartedOrigin(t, flushEach(echoorigin.Handler("origin")))
+			origin.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			var url string
+			if auto {
+				origin.TLS = &tls.Config{NextProtos: []string{"http/1.1"}}
+				origin.StartTLS()
+				url = "http://" + startedClusterProxy(t, func(c *config.Cluster) {
+					c.Protocol = config.ProtocolAuto
+					c.TLS.InsecureSkipVerify = true
+				}, hostPort(origin)) + "/echo"
+			} else {
+				origin.Start()
+				url = startEbb(t, singleClusterYAML(hostPort(origin))).url("public", "/echo")
+			}
+			tr := h2cTransport(t)
+			for _, known := range []bool{false, true} {
+				name := "chunked"
+				if known {
+					name = "content-length"
+				}
+				t.Run(name, func(t *testing.T) { echoPieces(t, tr, url, pieces, known) })
+			}
+			if n := conns.Load(); n != 1 {
+				t.Fatalf("the origin saw %d connections, want 1 (reused once each exchange was over both ways)", n)
+			}
 		})
-	}
-	if n := conns.Load(); n != 1 {
-		t.Fatalf("the origin saw %d connections, want 1 (reused once each exchange was over both ways)", n)
 	}
 }
 
-// flushEach has h's response flushed after each write: examples/echo
-// copies the body with io.Copy, a write per read.
 func flushEach(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(flushingWriter{w}, r)

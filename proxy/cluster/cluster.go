@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -35,12 +34,18 @@ type Endpoint struct {
 	inflight atomic.Int64
 	removed  atomic.Bool // discovery no longer lists it
 	health   health
-	rt       upstream.H1    // http1 clusters
-	h2       *h2client.Pool // h2c and h2 clusters
+	// rt is the HTTP/1 transport of http1 clusters, and of auto ones for
+	// an endpoint that speaks HTTP/1.1 (over TLS; speaksH1); h2 the
+	// HTTP/2 client of h2c, h2 and auto clusters.
+	rt       upstream.H1
+	h2       *h2client.Pool
 	h2dial   func(context.Context) (net.Conn, error)
-	ht       *http.Transport // auto clusters, for an endpoint that speaks HTTP/1.1
-	speaksH1 atomic.Bool     // an auto endpoint's TLS handshake negotiated HTTP/1.1
-	dialer   *net.Dialer
+	speaksH1 atomic.Bool // an auto endpoint's TLS handshake negotiated HTTP/1.1
+	h1tls    *tls.Config // rt's connections to an auto cluster's endpoint
+	// spare is the connection whose handshake found that an auto
+	// cluster's endpoint speaks HTTP/1.1, until rt takes it.
+	spare  atomic.Pointer[tls.Conn]
+	dialer *net.Dialer
 }
 
 // Addr returns the endpoint's address (host:port).
@@ -61,15 +66,13 @@ func (ep *Endpoint) Release() {
 func (ep *Endpoint) closeIdle() {
 	if ep.h2 != nil {
 		ep.h2.CloseIdle()
-		if ep.ht == nil {
-			return
-		}
 	}
-	if ep.ht != nil {
-		ep.ht.CloseIdleConnections()
-		return
+	if ep.rt != nil {
+		ep.rt.CloseIdle()
 	}
-	ep.rt.CloseIdle()
+	if tlc := ep.spare.Swap(nil); tlc != nil {
+		tlc.Close()
+	}
 }
 
 // Cluster is a set of interchangeable endpoints and the policy that picks
@@ -236,11 +239,12 @@ func (c *Cluster) newEndpoint(addr string) *Endpoint {
 		return ep
 	case config.ProtocolAuto:
 		// HTTP/2 through ebb's own client when the handshake says h2,
-		// net/http's Transport for an endpoint that says HTTP/1.1.
+		// the HTTP/1 transport for an endpoint that says HTTP/1.1. Its
+		// exchanges end as the HTTP/2 client's do, when ExchangeHTTP's
+		// caller releases the endpoint: the transport's own end is none.
 		ep.h2 = h2client.NewPool(c.h2Config(ep))
-		ep.ht = upstream.NewHTTPTransport(c.cfg, c.tls, func(ctx context.Context) (net.Conn, error) {
-			return c.dialContext(ctx, ep)
-		})
+		ep.h1tls = c.endpointTLS(ep, []string{"http/1.1"})
+		ep.rt = upstream.NewH1(addr, &c.cfg, func() (net.Conn, error) { return c.dialHTTP1(ep) }, func() {})
 		return ep
 	}
 	ep.rt = upstream.NewH1(addr, &c.cfg, func() (net.Conn, error) { return c.Dial(ep) }, ep.Release)
@@ -257,8 +261,7 @@ func (c *Cluster) Dial(ep *Endpoint) (*upstream.Conn, error) {
 	return upstream.NewConn(nc, c.cfg.Timeouts.Response), nil
 }
 
-// dialContext opens and counts a TCP connection to ep; net/http's
-// Transport calls it directly.
+// dialContext opens and counts a TCP connection to ep.
 func (c *Cluster) dialContext(ctx context.Context, ep *Endpoint) (net.Conn, error) {
 	if c.reg.Draining() {
 		c.reg.Stats.Dials.Add(1) // attempts: a failed one is worth seeing too
@@ -385,9 +388,9 @@ func (c *Cluster) Config() *config.Cluster { return &c.cfg }
 
 // NetHTTP reports whether the cluster's protocol is other than http1:
 // its requests are built in net/http's form (ExchangeHTTP, through ebb's
-// HTTP/2 client or, for an auto endpoint that speaks HTTP/1.1, net/http's
-// Transport), or, from HTTP/2 clients to h2c and h2 clusters, in HTTP/2's
-// own (H2, ExchangeH2); not through ebb's HTTP/1.1 transport.
+// HTTP/2 client or, for an auto endpoint that speaks HTTP/1.1, its
+// HTTP/1 transport), or, from HTTP/2 clients to h2c and h2 clusters, in
+// HTTP/2's own (H2, ExchangeH2); not in fasthttp's (ExchangeH1).
 func (c *Cluster) NetHTTP() bool { return c.netHTTP }
 
 // Scheme returns the scheme of the URLs requests to the endpoints use:

@@ -9,19 +9,15 @@ import (
 // endpoint, so that a test chooses which endpoint a request meets first.
 func SetRoundRobin(c *Cluster, n uint64) { c.rr.Store(n) }
 
-// DialFunc is net/http's Transport.DialContext.
+// DialFunc dials an endpoint's connections.
 type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// WrapDials wraps the dials of every endpoint of an h2c, h2 or auto
-// cluster; wrap is given each endpoint's address and its dial.
+// WrapDials wraps the HTTP/2 dials of every endpoint of an h2c, h2 or
+// auto cluster; wrap is given each endpoint's address and its dial.
 func WrapDials(c *Cluster, wrap func(ep string, next DialFunc) DialFunc) {
 	for _, ep := range *c.endpoints.Load() {
-		if ep.h2 != nil {
-			next := ep.h2dial
-			f := wrap(ep.addr, func(ctx context.Context, _, _ string) (net.Conn, error) { return next(ctx) })
-			ep.h2dial = func(ctx context.Context) (net.Conn, error) { return f(ctx, "tcp", ep.addr) }
-			continue
-		}
-		ep.ht.DialContext = wrap(ep.addr, ep.ht.DialContext)
+		next := ep.h2dial
+		f := wrap(ep.addr, func(ctx context.Context, _, _ string) (net.Conn, error) { return next(ctx) })
+		ep.h2dial = func(ctx context.Context) (net.Conn, error) { return f(ctx, "tcp", ep.addr) }
 	}
 }

@@ -38,36 +38,28 @@ func (c *Cluster) h2Config(ep *Endpoint) h2client.Config {
 	cfg := c.cfg
 	dial := func(ctx context.Context) (net.Conn, error) { return c.dialContext(ctx, ep) }
 	if cfg.Protocol == config.ProtocolH2 || cfg.Protocol == config.ProtocolAuto {
-		tc := c.tls.Clone()
-		tc.NextProtos = []string{"h2"}
+		protos := []string{"h2"}
 		if cfg.Protocol == config.ProtocolAuto {
-			tc.NextProtos = []string{"h2", "http/1.1"}
+			protos = []string{"h2", "http/1.1"}
 		}
-		if tc.ServerName == "" {
-			if host, _, err := net.SplitHostPort(ep.addr); err == nil {
-				tc.ServerName = host
-			}
-		}
+		tc := c.endpointTLS(ep, protos)
 		dial = func(ctx context.Context) (net.Conn, error) {
-			nc, err := c.dialContext(ctx, ep)
+			tlc, err := c.dialTLS(ctx, ep, tc)
 			if err != nil {
 				return nil, err
 			}
-			tlc := tls.Client(nc, tc)
-			hctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Connect)
-			defer cancel()
-			if err := tlc.HandshakeContext(hctx); err != nil {
-				nc.Close()
-				return nil, err
-			}
 			if p := tlc.ConnectionState().NegotiatedProtocol; p != "h2" {
-				nc.Close()
 				if cfg.Protocol == config.ProtocolAuto {
 					// From now on this endpoint goes through the transport
-					// that speaks HTTP/1.1 (see ExchangeHTTP).
+					// that speaks HTTP/1.1 (see ExchangeHTTP), whose first
+					// connection is this one.
 					ep.speaksH1.Store(true)
+					if !ep.spare.CompareAndSwap(nil, tlc) {
+						tlc.Close()
+					}
 					return nil, errSpeaksHTTP1
 				}
+				tlc.Close()
 				return nil, fmt.Errorf("upstream %s negotiated %q, not h2 (cluster protocol h2; auto takes either)", ep.addr, p)
 			}
 			return tlc, nil
@@ -86,6 +78,49 @@ func (c *Cluster) h2Config(ep *Endpoint) h2client.Config {
 		// As the HTTP/1 transport's read buffer bounds a head.
 		MaxHeaderBytes: upstream.ReadBufferSize,
 	}
+}
+
+// endpointTLS returns the TLS configuration of connections to ep, which
+// offer protos by ALPN.
+func (c *Cluster) endpointTLS(ep *Endpoint, protos []string) *tls.Config {
+	tc := c.tls.Clone()
+	tc.NextProtos = protos
+	if tc.ServerName == "" {
+		if host, _, err := net.SplitHostPort(ep.addr); err == nil {
+			tc.ServerName = host
+		}
+	}
+	return tc
+}
+
+// dialTLS opens a connection to ep and makes its TLS handshake, within
+// timeouts.connect.
+func (c *Cluster) dialTLS(ctx context.Context, ep *Endpoint, tc *tls.Config) (*tls.Conn, error) {
+	nc, err := c.dialContext(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	tlc := tls.Client(nc, tc)
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.Timeouts.Connect)
+	defer cancel()
+	if err := tlc.HandshakeContext(hctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return tlc, nil
+}
+
+// dialHTTP1 opens a connection of the HTTP/1 transport to ep, an auto
+// cluster's endpoint that speaks HTTP/1.1: over TLS, offering only it.
+func (c *Cluster) dialHTTP1(ep *Endpoint) (*upstream.Conn, error) {
+	if tlc := ep.spare.Swap(nil); tlc != nil {
+		return upstream.NewConn(tlc, c.cfg.Timeouts.Response), nil
+	}
+	tlc, err := c.dialTLS(context.Background(), ep, ep.h1tls)
+	if err != nil {
+		return nil, err
+	}
+	return upstream.NewConn(tlc, c.cfg.Timeouts.Response), nil
 }
 
 // H2Request is a request to an HTTP/2 upstream (an h2c or h2 cluster)
@@ -155,7 +190,7 @@ func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, bo
 			c.outcome(ep, false, st.Status())
 			return st, ep, nil
 		}
-		err = upstream.ClassifyRoundTrip(err, nil)
+		err = upstream.ClassifyRoundTrip(err)
 		endAttempt(span, 0, err)
 		ep.Release()
 		c.outcome(ep, upstream.IsConnectFailure(err), 0)

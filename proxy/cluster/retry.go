@@ -166,16 +166,14 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 }
 
 // ExchangeHTTP is ExchangeH1 for requests in net/http's form, to an h2c,
-// h2 or auto cluster: through ebb's HTTP/2 client, or net/http's
-// Transport for an auto endpoint that speaks HTTP/1.1. On success the
-// caller calls ep.Release once the response body is closed. body is the
-// request's body (nil: none); keep, if not nil, adjusts each retry's copy
-// of the request.
-//
-// net/http's Transport sends a request again by itself, on the same
-// endpoint, when it judges that safe. Such requests are arranged to come
-// back here instead (see upstream.ResendOnce), and the retry policy
-// decides; ebb's HTTP/2 client sends nothing again by itself.
+// h2 or auto cluster: through ebb's HTTP/2 client, or its HTTP/1
+// transport for an auto endpoint that speaks HTTP/1.1 (see
+// upstream.RoundTripHTTP). On success the caller calls ep.Release once
+// the response body is closed. body is the request's body (nil: none);
+// keep, if not nil, adjusts each retry's copy of the request. Neither
+// client sends a request again by itself on another connection, but the
+// HTTP/1 transport after the keep-alive race, when that is safe: the
+// retry policy decides the rest.
 func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Request, body *upstream.Body, keep func(*http.Request), trip *Trip, log *slog.Logger) (*http.Response, *Endpoint, error) {
 	idempotent := upstream.IsIdempotentMethod(out.Method)
 	for attempt := 1; ; attempt++ {
@@ -188,17 +186,6 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 			ep = claimed
 			out = redirect(ctx, out, ep, keep)
 		}
-		var cause context.Context
-		viaH2 := ep.h2 != nil && !ep.speaksH1.Load()
-		if viaH2 {
-			// ebb's own HTTP/2 client sends nothing again by itself.
-			out.Body = nil
-			if a != nil {
-				out.Body = a
-			}
-		} else {
-			out, cause = upstream.ResendOnce(out, a, idempotent)
-		}
 		var span trace.Span
 		if trip.Tracer != nil {
 			span = trip.Tracer.StartAttempt(trip.Ctx, propagation.HeaderCarrier(out.Header), out.Method, c.name, ep.addr, attempt)
@@ -206,21 +193,24 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		sent := time.Now()
 		var resp *http.Response
 		var err error
-		if viaH2 {
+		if ep.speaksH1.Load() {
+			resp, err = upstream.RoundTripHTTP(ctx, ep.rt, out, a)
+		} else {
+			out.Body = nil
+			if a != nil {
+				out.Body = a
+			}
 			resp, err = ep.h2.RoundTrip(out)
 			if errors.Is(err, errSpeaksHTTP1) {
-				// An auto endpoint that speaks HTTP/1.1: this attempt
-				// goes through net/http's Transport, as those after it
-				// will. Nothing was sent; the pool closed the body it was
+				// An auto endpoint that speaks HTTP/1.1: this attempt goes
+				// through the HTTP/1 transport, as those after it will.
+				// Nothing was sent; the pool closed the body it was
 				// given, of which nothing was read.
 				if body != nil {
 					a = body.StartAttempt()
 				}
-				out, cause = upstream.ResendOnce(out, a, idempotent)
-				resp, err = ep.ht.RoundTrip(out)
+				resp, err = upstream.RoundTripHTTP(ctx, ep.rt, out, a)
 			}
-		} else {
-			resp, err = ep.ht.RoundTrip(out)
 		}
 		c.metrics.Attempt(time.Since(sent))
 		if err == nil {
@@ -234,7 +224,7 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 			c.outcome(ep, false, resp.StatusCode)
 			return resp, ep, nil
 		}
-		err = upstream.ClassifyRoundTrip(err, cause)
+		err = upstream.ClassifyRoundTrip(err)
 		endAttempt(span, 0, err)
 		ep.Release()
 		c.outcome(ep, upstream.IsConnectFailure(err), 0)

@@ -76,8 +76,8 @@ type call struct {
 	conn *downstream.Conn
 	body *upstream.Body
 	// Towards an HTTP/1 upstream, the request and response in fasthttp's
-	// form (released by Finish); towards others, the request for
-	// net/http's Transport and the trailer map its body's end fills in.
+	// form (released by Finish); towards others, the request in
+	// net/http's form and the trailer map its body's end fills in.
 	req     *fasthttp.Request
 	resp    *fasthttp.Response
 	out     *http.Request

@@ -162,8 +162,9 @@ func addTrailersH1(h *fasthttp.RequestHeader, t *wire.FieldList) {
 // prepareHTTP builds the request for an h2c, h2 or auto upstream.
 func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 	st := c.st
-	// net/http's Transport may read the body and watch the context after
-	// the exchange: the stream must not be pooled.
+	// An exchange in net/http's form may read the body and watch the
+	// context until its response body is closed, which may come after
+	// the handler returned: the stream must not be pooled.
 	st.pin()
 	u, err := url.ParseRequestURI(string(c.target()))
 	if err != nil {
@@ -221,6 +222,10 @@ func (c *call) prepareHTTP(hop headers.Hop, announced bool) (int, string) {
 		if out.ContentLength < 0 {
 			out.ContentLength = -1
 		}
+		// Streamed, it goes up while the response comes down (HTTP/2
+		// upstreams, and an auto cluster's endpoint that speaks HTTP/1.1:
+		// see upstream.RoundTripHTTP).
+		c.body.FullDuplex = c.body.Buffered() == nil
 	}
 	switch {
 	case c.body != nil && c.body.Buffered() != nil:
@@ -270,7 +275,7 @@ func addTrailers(dst http.Header, t *wire.FieldList) http.Header {
 // trailerAllowed reports whether a field name may be relayed as a
 // request trailer: not empty, and none of those that frame or route a
 // message (RFC 9110 §6.5.1), which an upstream would take for the
-// message's own (net/http's Transport fails the request for some).
+// message's own.
 func trailerAllowed(name []byte) bool {
 	var tmp [32]byte
 	switch string(wire.Lower(tmp[:0], name)) {
@@ -340,7 +345,7 @@ func (c *call) prepareH2(hop headers.Hop, announced bool) {
 		r.Trailers = st.trailerBlock
 		// The names announced: those of the trailers read with a whole
 		// body, or those the client announced, without the ones that
-		// would not go (as net/http's Transport announced them).
+		// would not go.
 		var names []string
 		if body.Buffered() != nil {
 			t := st.Trailers()

@@ -57,7 +57,7 @@ type Hop struct {
 	Upgrade bool
 	// TETrailers keeps "TE: trailers", which HTTP/2 allows and gRPC
 	// servers expect (RFC 9113 §8.2.2), when the client sent it: set
-	// towards upstreams reached through net/http (h2c, h2, auto).
+	// towards h2c, h2 and auto clusters.
 	TETrailers bool
 	// Via, if set, is appended to the Via field (RFC 9110 §7.6.3): the
 	// version the request was received with and ebb's name, such as

@@ -40,9 +40,9 @@ func scanStd(h http.Header) (found hopMask) {
 }
 
 // StdRequest applies the request rules to the header of a request going
-// upstream through net/http's Transport. Transfer-Encoding and
-// Content-Length are the Transport's to write, and go; the authority is
-// the request's Host, not a field.
+// upstream in net/http's form. Transfer-Encoding and Content-Length are
+// the client's to write, and go; the authority is the request's Host,
+// not a field.
 func StdRequest(h http.Header, hop Hop) {
 	delete(h, "Transfer-Encoding")
 	delete(h, "Content-Length")

@@ -97,15 +97,11 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrResend is what the GetBody of a request to a net/http upstream
-// returns: net/http asks for the body again only when it judged the
-// request safe to send again (nothing written, an HTTP/2 stream refused or
-// beyond the upstream's GOAWAY, an idempotent request on a reused
-// connection closed before any response byte). Rather than let it retry on
-// the same endpoint, the request comes back to the retry loop, which sends
-// it to another one. net/http's idempotent includes any request with an
-// Idempotency-Key or X-Idempotency-Key header (over HTTP/1.1, to an auto
-// upstream): its client vouches for it, and so ebb lets it go again.
+// ErrResend is wrapped by the errors of ebb's HTTP/2 client for a
+// request the upstream did not process (an HTTP/2 stream refused, beyond
+// the upstream's GOAWAY, or on a connection that ended before it went
+// out): the retry loop sends it again, whatever its method, preferably
+// to another endpoint.
 var ErrResend = errors.New("upstream: the upstream did not process the request")
 
 // KindOf returns the kind of a failed exchange's error, whichever
@@ -170,7 +166,8 @@ func IsConnectFailure(err error) bool {
 	return !client && kind == KindConnect
 }
 
-// ClassifyHTTP maps a net/http Transport error to a Kind. client reports
+// ClassifyHTTP maps an error of an exchange in net/http's form (ebb's
+// HTTP/2 client's; net/http's dial and timeout errors) to a Kind. client reports
 // that the request was ended by the client (its context was cancelled),
 // which is no upstream failure.
 func ClassifyHTTP(err error) (kind Kind, client bool) {

@@ -46,7 +46,7 @@ func TestMatrixWebSocket(t *testing.T) {
 			}
 			hdr := http.Header{"X-Forwarded-Proto": {"http"}, "Forwarded": {"for=198.51.100.1;proto=http"}}
 			c, resp, err := dialer.DialContext(t.Context(), url, hdr)
-			if m.UpH2() {
+			if !m.UpHTTP1Cluster() {
 				if err == nil {
 					c.Close()
 					t.Fatal("the upgrade to a non-http1 cluster was relayed")

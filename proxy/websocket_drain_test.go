@@ -64,7 +64,7 @@ var goingAway = wsClosed{code: websocket.CloseGoingAway, text: "ebb: draining"}
 func wsModes() []proxytest.Mode {
 	var out []proxytest.Mode
 	for _, m := range allModes {
-		if !m.DownH2() && !m.UpH2() {
+		if !m.DownH2() && m.UpHTTP1Cluster() {
 			out = append(out, m)
 		}
 	}

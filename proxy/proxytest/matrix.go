@@ -46,13 +46,17 @@ var downNames = [...]string{DownH1: "h1", DownH1TLS: "h1tls", DownH2C: "h2c", Do
 type Upstream int
 
 const (
-	UpHTTP1 Upstream = iota // protocol http1; the origin speaks HTTP/1.1 only
-	UpH2C                   // protocol h2c; the origin speaks HTTP/1.1 and h2c
-	UpH2                    // protocol h2; a TLS origin offering h2 and http/1.1
-	UpAuto                  // protocol auto; the same TLS origin (h2 is negotiated)
+	UpHTTP1     Upstream = iota // protocol http1; the origin speaks HTTP/1.1 only
+	UpH2C                       // protocol h2c; the origin speaks HTTP/1.1 and h2c
+	UpH2                        // protocol h2; a TLS origin offering h2 and http/1.1
+	UpAuto                      // protocol auto; the same TLS origin (h2 is negotiated)
+	UpAutoHTTP1                 // protocol auto; a TLS origin offering http/1.1 only
 )
 
-var upNames = [...]string{UpHTTP1: "http1", UpH2C: "h2c", UpH2: "h2", UpAuto: "auto"}
+var upNames = [...]string{UpHTTP1: "http1", UpH2C: "h2c", UpH2: "h2", UpAuto: "auto", UpAutoHTTP1: "auto-http1"}
+
+// upProtocols are the clusters' protocols.
+var upProtocols = [...]string{UpHTTP1: "http1", UpH2C: "h2c", UpH2: "h2", UpAuto: "auto", UpAutoHTTP1: "auto"}
 
 // Mode is one combination of the matrix.
 type Mode struct {
@@ -69,7 +73,11 @@ func (m Mode) TLS() bool { return m.Down == DownH1TLS || m.Down == DownH2TLS }
 func (m Mode) DownH2() bool { return m.Down == DownH2C || m.Down == DownH2TLS }
 
 // UpH2 reports whether ebb speaks HTTP/2 to the origin.
-func (m Mode) UpH2() bool { return m.Up != UpHTTP1 }
+func (m Mode) UpH2() bool { return m.Up != UpHTTP1 && m.Up != UpAutoHTTP1 }
+
+// UpHTTP1Cluster reports whether the cluster's protocol is http1: only
+// those relay protocol upgrades (WebSocket).
+func (m Mode) UpHTTP1Cluster() bool { return m.Up == UpHTTP1 }
 
 // Modes is every combination; each one makes sense.
 var Modes = func() []Mode {
@@ -142,7 +150,7 @@ func NewEnv(t *testing.T, m Mode, h http.Handler, start func(yaml string) (publi
 // extra lines for the listener's block.
 func MatrixYAML(up Upstream, origin, caFile, down string, listener []string) string {
 	cluster := func(name, addr string, extra ...string) string {
-		lines := []string{"name: " + name, "protocol: " + upNames[up], fmt.Sprintf("discovery: { static: [%q] }", addr)}
+		lines := []string{"name: " + name, "protocol: " + upProtocols[up], fmt.Sprintf("discovery: { static: [%q] }", addr)}
 		if caFile != "" {
 			lines = append(lines, fmt.Sprintf("tls: { ca_file: %q }", caFile))
 		}
@@ -171,7 +179,7 @@ clusters:
 func StartOrigin(t *testing.T, up Upstream, h http.Handler) (addr, caFile string) {
 	t.Helper()
 	wantMajor := 2
-	if up == UpHTTP1 {
+	if up == UpHTTP1 || up == UpAutoHTTP1 {
 		wantMajor = 1
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,8 +200,11 @@ func StartOrigin(t *testing.T, up Upstream, h http.Handler) (addr, caFile string
 		p.SetUnencryptedHTTP2(true)
 		srv.Config.Protocols = &p
 		srv.Start()
-	case UpH2, UpAuto:
-		srv.EnableHTTP2 = true
+	case UpH2, UpAuto, UpAutoHTTP1:
+		srv.EnableHTTP2 = up != UpAutoHTTP1
+		if up == UpAutoHTTP1 {
+			srv.TLS = &tls.Config{NextProtos: []string{"http/1.1"}}
+		}
 		srv.StartTLS()
 		caFile = filepath.Join(t.TempDir(), "origin-ca.pem")
 		b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})

@@ -68,21 +68,26 @@ func runOrigin(ctx context.Context, ln net.Listener, cfg originConfig) error {
 	o := &origin{cfg: cfg, bar: barrier{n: cfg.barrier, wait: cfg.wait, log: cfg.log, changed: make(chan struct{})}}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
-	// The end of ctx ends the accept loop and every connection; the
-	// connections' goroutines are waited for below.
-	stop := context.AfterFunc(ctx, func() {
+	conns := map[net.Conn]bool{} // guarded by mu, as closed is
+	closed := false
+	// The end of ctx, or a failed accept, ends the accept loop and every
+	// connection, one accepted meanwhile included; the connections'
+	// goroutines are waited for below.
+	shut := func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
+		closed = true
 		for c := range conns {
 			c.Close()
 		}
-	})
+	}
+	stop := context.AfterFunc(ctx, shut)
 	defer stop()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
+			shut()
 			wg.Wait()
 			if ctx.Err() != nil {
 				return nil
@@ -90,6 +95,9 @@ func runOrigin(ctx context.Context, ln net.Listener, cfg originConfig) error {
 			return err
 		}
 		mu.Lock()
+		if closed {
+			c.Close()
+		}
 		conns[c] = true
 		mu.Unlock()
 		wg.Go(func() {
@@ -132,9 +140,14 @@ func (o *origin) serveConn(c net.Conn) {
 	oc.fr = http2.NewFramer(oc.bw, bufio.NewReader(c))
 	oc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	oc.enc = hpack.NewEncoder(&oc.hbuf)
+	// The answers' goroutines end once done is closed and the connection
+	// (on which one may be writing) too.
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(oc.done)
+	defer func() {
+		close(oc.done)
+		c.Close()
+		wg.Wait()
+	}()
 	if oc.write(func() error {
 		return oc.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
 	}) != nil {

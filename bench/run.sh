@@ -2,7 +2,7 @@
 # bench/run.sh: ebb against nginx and HAProxy as reverse proxies, over
 # HTTP/1.1 and HTTP/2 (h2c), and ebb in front of a gRPC server.
 #
-# One run measures up to eight parts, each of one or more variants, with
+# One run measures up to nine parts, each of one or more variants, with
 # the rounds interleaved so that drift in the machine hits every proxy
 # alike. See bench/README.md for what the figures mean.
 #
@@ -22,6 +22,15 @@
 #         VmRSS before and after, over the connections
 #   idle-h1  the same over HTTP/1.1 keep-alive (bench/idle-h2 -proto h1),
 #         IDLE_H1_CONNS connections; every proxy that speaks HTTP/1.1
+#   idle-up  memory per idle upstream HTTP/2 connection: bench/idle-h2
+#         -inflight has IDLE_UP_CONNS requests in flight at once (100
+#         streams per connection) through the proxy to an h2c origin
+#         (bench/idle-h2 -origin) that allows one stream per connection and
+#         holds every request until all are in flight: the proxy opens
+#         IDLE_UP_CONNS connections to it, which then sit idle; the proxy's
+#         VmRSS before and after, over the connections, which the origin
+#         counts; ebb (protocol: h2c), nginx (grpc_pass), HAProxy (proto h2
+#         server); not in the default PARTS
 #   slowloris  a normal client's latency (wrk, SLOW_CLIENT_CONNS
 #         connections) without and then during an attack of SLOW_CONNS slow
 #         connections (bench/slowloris: heads that never end, POST bodies a
@@ -57,6 +66,7 @@ H2_STREAMS=${H2_STREAMS:-16}
 H2_WIDE_CONNS=${H2_WIDE_CONNS:-100}
 IDLE_CONNS=${IDLE_CONNS:-2000}
 IDLE_H1_CONNS=${IDLE_H1_CONNS:-10000}
+IDLE_UP_CONNS=${IDLE_UP_CONNS:-1000}
 SLOW_CONNS=${SLOW_CONNS:-1000}
 SLOW_HOLD=${SLOW_HOLD:-30}
 SLOW_CLIENT_CONNS=${SLOW_CLIENT_CONNS:-8}
@@ -90,6 +100,7 @@ HAPROXY_GRPC_PORT=${HAPROXY_GRPC_PORT:-18096}
 ORIGIN_H2C_PORT=${ORIGIN_H2C_PORT:-18107}
 NGINX_H2UP_PORT=${NGINX_H2UP_PORT:-18108}
 HAPROXY_H2UP_PORT=${HAPROXY_H2UP_PORT:-18109}
+ORIGIN_IDLEUP_PORT=${ORIGIN_IDLEUP_PORT:-18110}
 EBB_ADMIN_PORT=${EBB_ADMIN_PORT:-18089}
 KEEP_WORK=${KEEP_WORK:-0}
 
@@ -110,12 +121,12 @@ die() { log "FATAL: $*"; exit 1; }
 
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
-	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, grpc, slowloris)" ;; esac
+	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | idle-up | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, idle-up, grpc, slowloris)" ;; esac
 done
 ((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
 has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
 PARTS_RUN=""
-for part in h1 h2c h2tls h2up idle idle-h1 grpc slowloris; do
+for part in h1 h2c h2tls h2up idle idle-h1 idle-up grpc slowloris; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
@@ -133,7 +144,7 @@ for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
 [[ $(nproc --all) -ge 2 ]] || die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"
-for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS; do
+for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS IDLE_UP_CONNS SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS; do
 	[[ ${!knob} =~ ^[0-9]+$ && ${!knob} -gt 0 ]] || die "$knob must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
@@ -143,6 +154,13 @@ if has_part slowloris && ((SLOW_HOLD < DURATION + 5)); then
 	die "SLOW_HOLD ($SLOW_HOLD s) must be at least DURATION + 5 ($((DURATION + 5)) s)"
 fi
 
+# idle-up's client: 100 streams per connection, under every proxy's
+# per-connection limit (HAProxy's tune.h2.max-concurrent-streams, 100;
+# nginx's http2_max_concurrent_streams, 128; ebb's 250): every request in
+# flight at once on few client connections, the same ones for every proxy.
+IDLE_UP_STREAMS=100
+IDLE_UP_CLIENTS=$(((IDLE_UP_CONNS + IDLE_UP_STREAMS - 1) / IDLE_UP_STREAMS))
+
 # Open files: the most connections a part holds, plus room for the
 # upstream connections, listeners and logs. The load tools and the proxies
 # inherit the limit (HAProxy raises its own from maxconn; Go raises its
@@ -150,6 +168,7 @@ fi
 MOST_CONNS=$CONNS
 if has_part idle && ((IDLE_CONNS > MOST_CONNS)); then MOST_CONNS=$IDLE_CONNS; fi
 if has_part idle-h1 && ((IDLE_H1_CONNS > MOST_CONNS)); then MOST_CONNS=$IDLE_H1_CONNS; fi
+if has_part idle-up && ((IDLE_UP_CONNS + IDLE_UP_CLIENTS > MOST_CONNS)); then MOST_CONNS=$((IDLE_UP_CONNS + IDLE_UP_CLIENTS)); fi
 if has_part slowloris && ((SLOW_CONNS + SLOW_CLIENT_CONNS > MOST_CONNS)); then MOST_CONNS=$((SLOW_CONNS + SLOW_CLIENT_CONNS)); fi
 NOFILE=$((MOST_CONNS + 1024))
 if [[ $(ulimit -Sn) != unlimited ]] && (($(ulimit -Sn) < NOFILE)); then
@@ -315,7 +334,7 @@ fi
 if has_part grpc; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/grpc-bench" ./bench/grpc-bench) || die "go build ./bench/grpc-bench failed"
 fi
-if has_part idle || has_part idle-h1; then
+if has_part idle || has_part idle-h1 || has_part idle-up; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/idle-h2" ./bench/idle-h2) || die "go build ./bench/idle-h2 failed"
 fi
 if has_part slowloris; then
@@ -346,7 +365,9 @@ declare -A H2C_PORT=([ebb]=$EBB_PORT [nginx]=$NGINX_H2C_PORT [haproxy]=$HAPROXY_
 declare -A TLS_PORT=([ebb]=$EBB_TLS_PORT [nginx]=$NGINX_TLS_PORT [haproxy]=$HAPROXY_TLS_PORT)
 declare -A GRPC_TARGET_PORT=([direct]=$GRPC_PORT [ebb]=$EBB_GRPC_PORT [nginx]=$NGINX_GRPC_PORT [haproxy]=$HAPROXY_GRPC_PORT)
 # h2up: ebb and base serve it on their usual port (started with
-# ebb-h2up.yaml for it); nginx and HAProxy on a server of its own.
+# ebb-h2up.yaml for it); nginx and HAProxy on a server of its own. The
+# idle-up part uses the same ports (ebb-idleup.yaml, nginx-idleup.conf,
+# haproxy-idleup.cfg).
 declare -A H2UP_PORT=([ebb]=$EBB_PORT [base]=$BASE_PORT [nginx]=$NGINX_H2UP_PORT [haproxy]=$HAPROXY_H2UP_PORT)
 
 USED_PORTS=("$ORIGIN_PORT")
@@ -369,6 +390,9 @@ has_part grpc && has_proxy haproxy && USED_PORTS+=("$HAPROXY_GRPC_PORT")
 has_part h2up && USED_PORTS+=("$ORIGIN_H2C_PORT")
 has_part h2up && has_proxy nginx && USED_PORTS+=("$NGINX_H2UP_PORT")
 has_part h2up && has_proxy haproxy && USED_PORTS+=("$HAPROXY_H2UP_PORT")
+has_part idle-up && USED_PORTS+=("$ORIGIN_IDLEUP_PORT")
+has_part idle-up && has_proxy nginx && USED_PORTS+=("$NGINX_H2UP_PORT")
+has_part idle-up && has_proxy haproxy && USED_PORTS+=("$HAPROXY_H2UP_PORT")
 for port in $(printf '%s\n' "${USED_PORTS[@]}" | sort -u); do
 	port_free "$port" || die "port $port on 127.0.0.1 is already in use"
 done
@@ -387,7 +411,8 @@ if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" |
 fi
 export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
 	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
-	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT ORIGIN_H2C_PORT GRPC_PORT OTLP_PORT \
+	IDLE_UP_CONNS IDLE_UP_STREAMS IDLE_UP_CLIENTS \
+	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
 	EBB_PORT EBB_ADMIN_PORT EBB_TLS_PORT EBB_GRPC_PORT BASE_PORT BASE_ADMIN_PORT EBB_LOG_PORT EBB_LOG_ADMIN_PORT \
 	EBB_TRACE100_PORT EBB_TRACE100_ADMIN_PORT EBB_TRACE1_PORT EBB_TRACE1_ADMIN_PORT \
 	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT NGINX_H2UP_PORT \
@@ -488,12 +513,14 @@ start_proxy() {
 		local conf=$WORK/ebb/ebb.yaml
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
 		[[ $v != h2up ]] || conf=$WORK/ebb/ebb-h2up.yaml
+		[[ $v != idle-up ]] || conf=$WORK/ebb/ebb-idleup.yaml
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
 		;;
 	base)
 		local conf=$WORK/base/ebb.yaml
 		[[ $v != h2up ]] || conf=$WORK/base/ebb-h2up.yaml
+		[[ $v != idle-up ]] || conf=$WORK/base/ebb-idleup.yaml
 		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$conf" \
 			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
@@ -503,11 +530,11 @@ start_proxy() {
 		;;
 	nginx)
 		taskset -c "$PROXY_CPU" nginx -p "$WORK/nginx" -e "${LOGF[nginx]}" \
-			-c "$WORK/nginx/nginx${V_WIDE[$v]:+-wide}.conf" >"$WORK/nginx/stdout.log" 2>&1 &
+			-c "$WORK/nginx/nginx${V_CONF[$v]:-}.conf" >"$WORK/nginx/stdout.log" 2>&1 &
 		;;
 	haproxy)
 		# -db: foreground, a single process (no master-worker).
-		taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy${V_WIDE[$v]:+-wide}.cfg" \
+		taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy${V_CONF[$v]:-}.cfg" \
 			>"${LOGF[haproxy]}" 2>&1 &
 		;;
 	fasthttp)
@@ -529,6 +556,7 @@ start_proxy() {
 		check_h2c "$name" "$port" /64k "$LARGE_BYTES" "${V_SCHEME[$v]}"
 		;;
 	grpc) check_grpc "$name" "$port" ;;
+	idle-up) check_h2c "$name" "$port" / "$SMALL_BYTES" ;; # the origin has no /64k
 	esac
 }
 
@@ -592,6 +620,7 @@ target_port() {
 		fi
 		;;
 	grpc) echo "${GRPC_TARGET_PORT[$2]}" ;;
+	idle-up) echo "${H2UP_PORT[$2]}" ;;
 	esac
 }
 
@@ -625,7 +654,9 @@ run_load() {
 # flight), label, targets (the proxies measured, or direct).
 read -r -a PROXY_LIST <<<"$PROXIES"
 VARIANTS=()
-declare -A V_KIND=() V_PATH=() V_CONNS=() V_STREAMS=() V_SCHEME=() V_LABEL=() V_TARGETS=() V_WIDE=()
+# V_CONF: the suffix of the nginx and HAProxy configurations a variant
+# starts them with, if not the usual ones (nginx-wide.conf, ...).
+declare -A V_KIND=() V_PATH=() V_CONNS=() V_STREAMS=() V_SCHEME=() V_LABEL=() V_TARGETS=() V_CONF=()
 if has_part h1; then
 	VARIANTS+=(small large latency)
 	V_KIND+=([small]=wrk [large]=wrk [latency]=wrk)
@@ -696,10 +727,11 @@ fi
 # The run's figures, as bench/harness report reads them: runs.tsv, one
 # line per measured run, and slowloris.tsv, per attack (both written by
 # bench/harness); rss.tsv, each proxy's peak RSS after a variant;
-# idle.tsv, VmRSS before and with the idle connections; errors.txt, what
+# idle.tsv, VmRSS before and with the idle connections, and how many of
+# them were still open when checked; errors.txt, what
 # went wrong (non-2xx responses, errors, connections not held).
 printf 'variant\tproxy\tpeak_rss_kb\n' >"$WORK/rss.tsv"
-printf 'part\tproxy\tvmrss_before_kb\tvmrss_after_kb\n' >"$WORK/idle.tsv"
+printf 'part\tproxy\tvmrss_before_kb\tvmrss_after_kb\theld\n' >"$WORK/idle.tsv"
 ERRORS=$WORK/errors.txt
 : >"$ERRORS"
 
@@ -841,8 +873,8 @@ measure_idle() {
 	sleep 1 # let the proxy finish with the last answers
 	after=$(vmrss_kb "$w")
 	stop_pid idle-load # on SIGTERM idle-h2 counts the connections still open, then closes them
-	printf '%s\t%s\t%s\t%s\n' "$part" "$p" "$before" "$after" >>"$WORK/idle.tsv"
 	held=$(sed -n 's/^alive \([0-9]*\).*/\1/p' "$out")
+	printf '%s\t%s\t%s\t%s\t%s\n' "$part" "$p" "$before" "$after" "${held:-?}" >>"$WORK/idle.tsv"
 	log "  $p: VmRSS $before kB, then $after kB; ${held:-?} of $n connections still open at the end"
 	if [[ $held != "$n" ]]; then
 		echo "$part $p: ${held:-?} of $n idle connections were still open after the measurement (it undercounts)" >>"$ERRORS"
@@ -865,11 +897,93 @@ IDLE_H1_TARGETS=()
 if has_part idle-h1; then
 	for p in "${PROXY_LIST[@]}"; do is_ebb_kind "$p" || IDLE_H1_TARGETS+=("$p"); done
 	V_KIND[idle-h1]=wrk
-	V_WIDE[idle-h1]=1 # nginx and HAProxy sized for IDLE_H1_CONNS
+	V_CONF[idle-h1]=-wide # nginx and HAProxy sized for IDLE_H1_CONNS
 	for p in "${IDLE_H1_TARGETS[@]}"; do
 		log "idle-h1: $IDLE_H1_CONNS idle HTTP/1.1 keep-alive connections to $p"
 		measure_idle idle-h1 "$p" h1 "${PORT[$p]}" "$IDLE_H1_CONNS"
 	done
+fi
+
+# The idle-up part: bench/idle-h2 -origin on CPU 1, up for the part,
+# allows one stream per connection and holds the requests for /hold until
+# IDLE_UP_CONNS are in flight at once (30 s at most), then answers them
+# all; its /stats (asked directly) counts the connections open to it.
+# The client, bench/idle-h2 -inflight, sends each request once the origin
+# holds the one before (HAProxy would otherwise put several on a
+# connection before the origin's SETTINGS reach it: see
+# bench/idle-h2/origin.go).
+start_idleup_origin() {
+	log "starting the idle-up origin (bench/idle-h2 -origin) on 127.0.0.1:$ORIGIN_IDLEUP_PORT (CPU $LOAD_CPU)"
+	mkdir -p "$WORK/idleup-origin"
+	taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" -origin "127.0.0.1:$ORIGIN_IDLEUP_PORT" -barrier "$IDLE_UP_CONNS" \
+		-barrier-wait 30s -hold-path /hold -body-bytes "$SMALL_BYTES" >"$WORK/idleup-origin/out.log" 2>&1 &
+	PID[idleup-origin]=$!
+	await_ready idleup-origin "$WORK/idleup-origin/out.log" 10 ||
+		{ cat "$WORK/idleup-origin/out.log" >&2; die "the idle-up origin did not start"; }
+	check_h2c idleup-origin "$ORIGIN_IDLEUP_PORT" / "$SMALL_BYTES"
+}
+
+# idleup_stats: the origin's /stats line, "conns=N held=N last=N:why
+# refused=N" (conns: open to it, the asking one excepted; held: requests
+# held now; last: how many requests the last release of the barrier let
+# go, and whether all had come ("full") or the time ran out ("timeout");
+# refused: streams refused, beyond one on a connection).
+idleup_stats() {
+	curl -sS --http2-prior-knowledge --max-time 5 "http://127.0.0.1:$ORIGIN_IDLEUP_PORT/stats" ||
+		die "cannot read the idle-up origin's /stats"
+}
+
+# measure_idle_up PROXY: start PROXY for idle-up (fresh), read its VmRSS,
+# have bench/idle-h2 -inflight pass IDLE_UP_CONNS requests through it at
+# once, and once they are answered (the client gone) and the upstream
+# connections idle, read its VmRSS again and ask the origin how many
+# connections are open to it. A proxy that did not hold exactly
+# IDLE_UP_CONNS then gets no figure (the report says how many it held)
+# and a line in errors.txt, as does one that did not have them all in
+# flight at once, or failed requests.
+measure_idle_up() {
+	local p=$1 n=$IDLE_UP_CONNS w out port before after stats held last
+	start_proxy "$p" idle-up
+	port=$(target_port idle-up "$p")
+	w=$(worker_pid "$p")
+	before=$(vmrss_kb "$w")
+	out=$WORK/idle-up-$p.txt
+	# The client's failure is reported, not fatal: the other proxies are
+	# still measured.
+	timeout --kill-after=5 120 taskset -c "$LOAD_CPU" "$WORK/bin/idle-h2" -inflight "$n" -streams "$IDLE_UP_STREAMS" \
+		-target "127.0.0.1:$port" -gate "127.0.0.1:$ORIGIN_IDLEUP_PORT" -path /hold -hold 90s >"$out" 2>&1 || true
+	if [[ $(sed -n 's/^done //p' "$out") != "$n bytes=$((n * SMALL_BYTES))" ]]; then
+		log "  the client against $p: $(tail -n 1 "$out")"
+		echo "idle-up $p: not every answer came whole: $(tail -n 1 "$out")" >>"$ERRORS"
+	fi
+	sleep 1 # let the proxy finish with the last answers
+	after=$(vmrss_kb "$w")
+	stats=$(idleup_stats)
+	held=$(sed -n 's/^conns=\([0-9]*\) .*/\1/p' <<<"$stats")
+	last=$(sed -n 's/.* last=\([^ ]*\).*/\1/p' <<<"$stats")
+	printf 'idle-up\t%s\t%s\t%s\t%s\n' "$p" "$before" "$after" "${held:-?}" >>"$WORK/idle.tsv"
+	log "  $p: VmRSS $before kB, then $after kB; ${held:-?} of $n upstream connections open then; the origin: $stats"
+	if [[ $held != "$n" ]]; then
+		echo "idle-up $p: ${held:-?} of $n upstream connections were open when its memory was read (no figure)" >>"$ERRORS"
+	fi
+	if [[ $last != "$n:full" ]]; then
+		echo "idle-up $p: the origin's barrier last let ${last:-?} requests go (count:why), not $n:full: they were not all in flight at once" >>"$ERRORS"
+	fi
+	stop_pid "$p"
+}
+
+if has_part idle-up; then
+	IDLE_UP_TARGETS=()
+	for p in "${PROXY_LIST[@]}"; do [[ -z ${H2UP_PORT[$p]:-} ]] || IDLE_UP_TARGETS+=("$p"); done
+	((${#IDLE_UP_TARGETS[@]} > 0)) || die "the idle-up part needs ebb, nginx, haproxy or base in PROXIES"
+	V_KIND[idle-up]=idle-up
+	V_CONF[idle-up]=-idleup
+	start_idleup_origin
+	for p in "${IDLE_UP_TARGETS[@]}"; do
+		log "idle-up: $IDLE_UP_CONNS idle upstream HTTP/2 connections from $p"
+		measure_idle_up "$p"
+	done
+	stop_pid idleup-origin
 fi
 
 # The slowloris part. Each round, for each proxy in turn: a wrk run alone

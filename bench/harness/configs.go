@@ -31,6 +31,8 @@ type ebbConf struct {
 	// grpc one, a base from before telemetry.access_log existed).
 	AccessLog *accessLog
 	Tracing   *tracing
+	// Pool, if set, sizes the cluster's pool (the idle-up part's).
+	Pool *pool
 }
 
 // Render returns the configuration's text.
@@ -56,9 +58,22 @@ type tracing struct {
 	Endpoint, Ratio string
 }
 
+// pool is a cluster's max_conns_per_endpoint and timeouts.idle (a
+// duration as ebb reads it, "300s").
+type pool struct {
+	MaxConns int
+	Idle     string
+}
+
+// idleUpHold is how long each proxy of the idle-up part keeps an idle
+// upstream connection: far longer than the part needs between the
+// answers and the reading of the proxy's memory (a second, and the
+// origin's count), so that none is closed for idleness before.
+const idleUpHold = 300 * time.Second
+
 // writeConfigs writes every configuration run.sh may start a process
 // with: the origin's, ebb's (each kind's and the base's), nginx's and
-// HAProxy's (and their copies sized for idle-h1).
+// HAProxy's (and their copies sized for idle-h1, and those of idle-up).
 func writeConfigs() error {
 	type renderer interface{ Render() ([]byte, error) }
 	// The idle-h1 part holds more connections than the others allow:
@@ -67,11 +82,13 @@ func writeConfigs() error {
 	// which would inflate its peak RSS in the other parts).
 	wide := envInt("IDLE_H1_CONNS") + 1024
 	confs := map[string]renderer{
-		work("origin", "nginx.conf"):        originNginx(),
-		work("nginx", "nginx.conf"):         proxyNginx(4096),
-		work("nginx", "nginx-wide.conf"):    proxyNginx(wide),
-		work("haproxy", "haproxy.cfg"):      proxyHAProxy(4096, false),
-		work("haproxy", "haproxy-wide.cfg"): proxyHAProxy(wide, true),
+		work("origin", "nginx.conf"):          originNginx(),
+		work("nginx", "nginx.conf"):           proxyNginx(4096),
+		work("nginx", "nginx-wide.conf"):      proxyNginx(wide),
+		work("haproxy", "haproxy.cfg"):        proxyHAProxy(4096, false),
+		work("haproxy", "haproxy-wide.cfg"):   proxyHAProxy(wide, true),
+		work("nginx", "nginx-idleup.conf"):    idleUpNginx(),
+		work("haproxy", "haproxy-idleup.cfg"): idleUpHAProxy(),
 	}
 	for path, c := range ebbConfs() {
 		confs[path] = c
@@ -214,6 +231,47 @@ func proxyHAProxy(conns int, wide bool) peers.HAProxy {
 	}
 }
 
+// idleUpNginx is nginx for the idle-up part, and nothing else: an h2c
+// listener (on the h2up part's port) passing everything with grpc_pass,
+// one stream per upstream connection, to bench/idle-h2's origin; room for
+// IDLE_UP_CONNS upstream connections and the client's, all of them kept
+// idle (keepalive) for idleUpHold.
+func idleUpNginx() peers.Nginx {
+	dir := work("nginx")
+	n := envInt("IDLE_UP_CONNS")
+	return peers.Nginx{
+		Dir: dir, TempDir: filepath.Join(dir, "tmp"),
+		ErrorLog: filepath.Join(dir, "error.log"), ErrorLevel: "warn",
+		WorkerConnections: max(4096, n+1024),
+		KeepaliveTimeout:  120 * time.Second, KeepaliveRequests: 1000000,
+		Upstreams: []peers.Upstream{{Name: "origin_idle", Servers: []string{loopback("ORIGIN_IDLEUP_PORT")},
+			Keepalive: n, KeepaliveRequests: 1000000, KeepaliveTimeout: idleUpHold}},
+		Servers: []peers.Server{{Listen: loopback("NGINX_H2UP_PORT"), Proto: peers.H2C,
+			Locations: []peers.Location{{Match: "/", Pass: "origin_idle", GRPC: true}}}},
+	}
+}
+
+// idleUpHAProxy is HAProxy for the idle-up part, and nothing else: an h2c
+// frontend (on the h2up part's port) to bench/idle-h2's origin over h2c,
+// server connections shared (http-reuse always) and purged every
+// idleUpHold only. HAProxy stops putting connections in the idle pool
+// once a fifth of its file descriptors are in use
+// (tune.pool-low-fd-ratio) and takes about two per maxconn: maxconn is
+// sized so that IDLE_UP_CONNS are well under that.
+func idleUpHAProxy() peers.HAProxy {
+	conns := max(4096, 3*envInt("IDLE_UP_CONNS"))
+	return peers.HAProxy{
+		Threads: 1, GlobalMaxConn: conns, MaxConn: conns,
+		KeepAlive: true, ReuseAlways: true,
+		Timeouts: peers.Timeouts{Connect: 2 * time.Second, Client: 60 * time.Second, Server: 30 * time.Second,
+			HTTPRequest: 10 * time.Second, HTTPKeepAlive: 120 * time.Second},
+		Frontends: []peers.Frontend{{Name: "bench_idleup",
+			Binds: []peers.Bind{{Addr: loopback("HAPROXY_H2UP_PORT"), Proto: peers.H2C}}, Backend: "origin_idle"}},
+		Backends: []peers.Backend{{Name: "origin_idle", Servers: []peers.BackendServer{{Name: "origin",
+			Addr: loopback("ORIGIN_IDLEUP_PORT"), H2: true, PoolPurgeDelay: idleUpHold}}}},
+	}
+}
+
 // ebbConfs returns ebb's configurations by path. One listener serves
 // HTTP/1.1 and h2c (sniffed); the cluster speaks HTTP/1.1 to the origin.
 // No access log, as nginx and HAProxy have none here: ebb-log measures
@@ -223,7 +281,9 @@ func proxyHAProxy(conns int, wide bool) peers.HAProxy {
 // production), each exporting to a bench/otlp-sink of its own. The base
 // build gets the plain configuration on its own ports. For h2up, ebb and
 // the base serve the same listener with a cluster of protocol h2c to the
-// origin's h2c listener (ebb-h2up.yaml).
+// origin's h2c listener (ebb-h2up.yaml); for idle-up, to bench/idle-h2's
+// origin, with room for IDLE_UP_CONNS connections kept idle for
+// idleUpHold (ebb-idleup.yaml).
 func ebbConfs() map[string]ebbConf {
 	origin := loopback("ORIGIN_PORT")
 	plain := func(admin, listen string) ebbConf {
@@ -245,6 +305,11 @@ func ebbConfs() map[string]ebbConf {
 		c.Protocol, c.Upstream = "h2c", loopback("ORIGIN_H2C_PORT")
 		return c
 	}
+	idleUp := func(c ebbConf) ebbConf {
+		c.Protocol, c.Upstream = "h2c", loopback("ORIGIN_IDLEUP_PORT")
+		c.Pool = &pool{MaxConns: envInt("IDLE_UP_CONNS"), Idle: strconv.Itoa(int(idleUpHold.Seconds())) + "s"}
+		return c
+	}
 	log := plain("EBB_LOG_ADMIN_PORT", "EBB_LOG_PORT")
 	log.AccessLog = &accessLog{Path: work("ebb-log", "access.log")}
 	trace100 := plain("EBB_TRACE100_ADMIN_PORT", "EBB_TRACE100_PORT")
@@ -259,7 +324,9 @@ func ebbConfs() map[string]ebbConf {
 			Cluster:   "grpc", Protocol: "h2c", Upstream: loopback("GRPC_PORT")},
 		work("ebb", "ebb-h2up.yaml"):     h2up(plain("EBB_ADMIN_PORT", "EBB_PORT")),
 		work("base", "ebb.yaml"):         base,
+		work("ebb", "ebb-idleup.yaml"):   idleUp(plain("EBB_ADMIN_PORT", "EBB_PORT")),
 		work("base", "ebb-h2up.yaml"):    h2up(base),
+		work("base", "ebb-idleup.yaml"):  idleUp(base),
 		work("ebb-log", "ebb.yaml"):      log,
 		work("ebb-trace100", "ebb.yaml"): trace100,
 		work("ebb-trace1", "ebb.yaml"):   trace1,

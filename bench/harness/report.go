@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -168,6 +169,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	if r.parts["h2up"] {
 		origins += ", HTTP/1.1; h2c for h2up"
 	}
+	if r.parts["idle-up"] {
+		origins += "; bench/idle-h2 -origin, h2c, for idle-up"
+	}
 	if r.parts["grpc"] {
 		origins += "; the gRPC server for gRPC"
 	}
@@ -184,6 +188,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	}
 	if r.parts["idle"] || r.parts["idle-h1"] {
 		loads += ", bench/idle-h2"
+	}
+	if r.parts["idle-up"] {
+		loads += fmt.Sprintf(", `bench/idle-h2 -inflight %s -streams %s`", env("IDLE_UP_CONNS"), env("IDLE_UP_STREAMS"))
 	}
 	if r.parts["slowloris"] {
 		loads += ", bench/slowloris"
@@ -316,11 +323,13 @@ func (r *run) spanCounts(p func(string, ...any)) {
 	}
 }
 
-// idleTables give what an idle connection costs each proxy.
+// idleTables give what an idle connection costs each proxy: a client
+// connection (idle, idle-h1) or an upstream one (idle-up).
 func (r *run) idleTables(p func(string, ...any)) {
 	for _, part := range []struct{ name, conns, title string }{
 		{"idle", "IDLE_CONNS", "Memory per idle HTTP/2 connection, %s connections (bench/idle-h2)"},
 		{"idle-h1", "IDLE_H1_CONNS", "Memory per idle HTTP/1.1 keep-alive connection, %s connections (bench/idle-h2 -proto h1)"},
+		{"idle-up", "IDLE_UP_CONNS", "Memory per idle upstream HTTP/2 connection, %s connections (bench/idle-h2 -inflight, -origin)"},
 	} {
 		in := func(m map[string]string) bool { return m["part"] == part.name }
 		targets := r.idle.column("proxy", in)
@@ -329,6 +338,10 @@ func (r *run) idleTables(p func(string, ...any)) {
 		}
 		before, after := r.idle.column("vmrss_before_kb", in), r.idle.column("vmrss_after_kb", in)
 		p("\n## "+part.title+"\n\n", env(part.conns))
+		if part.name == "idle-up" {
+			r.idleUpTable(p, targets, before, after, r.idle.column("held", in))
+			continue
+		}
 		p("| proxy | VmRSS before | with the connections | per connection |\n")
 		p("|---|---:|---:|---:|\n")
 		n := float64(envInt(part.conns))
@@ -336,6 +349,33 @@ func (r *run) idleTables(p func(string, ...any)) {
 			a, b := num(before[i]), num(after[i])
 			p("| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", t, a/1024, b/1024, (b-a)/n)
 		}
+	}
+}
+
+// idleUpTable is the idle-up part's table. A proxy gets a figure only if
+// the origin counted exactly IDLE_UP_CONNS connections open when its
+// memory was read: with fewer (it closed some, or multiplexed), or more,
+// the growth is not that of IDLE_UP_CONNS idle connections.
+func (r *run) idleUpTable(p func(string, ...any), targets, before, after, held []string) {
+	n := envInt("IDLE_UP_CONNS")
+	p("%d requests in flight at once through the proxy (%s client connections, %s streams each) to an h2c origin that allows one stream "+
+		"per connection (SETTINGS_MAX_CONCURRENT_STREAMS 1) and answers none until all are in flight: the proxy opens %d upstream connections, "+
+		"which then sit idle in its pool. VmRSS (nginx: its worker's) fresh, and 1 s after the answers (the client gone); "+
+		"the upstream connections still open then, as the origin counts them. The growth also holds what the proxy kept of the %d requests "+
+		"(memory freed but not given back to the system).\n\n",
+		n, env("IDLE_UP_CLIENTS"), env("IDLE_UP_STREAMS"), n, n)
+	p("| proxy | VmRSS before | with the connections | upstream connections open | per connection |\n")
+	p("|---|---:|---:|---:|---:|\n")
+	for i, t := range targets {
+		a, b := num(before[i]), num(after[i])
+		h, per := "?", "– (not all held)"
+		if i < len(held) {
+			h = held[i]
+		}
+		if h == strconv.Itoa(n) {
+			per = fmt.Sprintf("%.1f KiB", (b-a)/float64(n))
+		}
+		p("| %s | %.1f MiB | %.1f MiB | %s of %d | %s |\n", t, a/1024, b/1024, h, n, per)
 	}
 }
 

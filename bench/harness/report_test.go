@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -15,11 +16,15 @@ import (
 //     changed in a digit;
 //   - testdata/run-h2up (PARTS=h2up with a base, two rounds) against
 //     testdata/report-h2up.md.golden, the report that run wrote: the h2up
-//     table, its headline and the header of a run without h2c.
+//     table, its headline and the header of a run without h2c;
+//   - testdata/run-idleup (PARTS=idle-up, ebb, nginx and HAProxy) against
+//     testdata/report-idleup.md.golden, the report that run wrote: the
+//     idle-up table, every proxy holding its 1000 connections.
 func TestReport(t *testing.T) {
 	for _, c := range []struct{ env, run, golden string }{
 		{"testdata/report.env", "testdata/run", "testdata/report.md.golden"},
 		{"testdata/report-h2up.env", "testdata/run-h2up", "testdata/report-h2up.md.golden"},
+		{"testdata/report-idleup.env", "testdata/run-idleup", "testdata/report-idleup.md.golden"},
 	} {
 		t.Run(c.run, func(t *testing.T) {
 			b, err := os.ReadFile(c.env)
@@ -43,6 +48,29 @@ func TestReport(t *testing.T) {
 				t.Errorf("report:\n%s\nwant (%s):\n%s", got.String(), c.golden, want)
 			}
 		})
+	}
+}
+
+// TestIdleUpTableWithoutFigure: a proxy that did not hold exactly
+// IDLE_UP_CONNS connections when its memory was read gets no figure, and
+// the table says how many it held.
+func TestIdleUpTableWithoutFigure(t *testing.T) {
+	for k, v := range map[string]string{"IDLE_UP_CONNS": "1000", "IDLE_UP_CLIENTS": "10", "IDLE_UP_STREAMS": "100"} {
+		t.Setenv(k, v)
+	}
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	r := &run{}
+	r.idleUpTable(p, []string{"ebb", "haproxy", "nginx"}, []string{"26416", "14920", "6124"}, []string{"56212", "20000", "24188"},
+		[]string{"1000", "37", "1001"})
+	for _, want := range []string{
+		"| ebb | 25.8 MiB | 54.9 MiB | 1000 of 1000 | 29.8 KiB |\n",
+		"| haproxy | 14.6 MiB | 19.5 MiB | 37 of 1000 | – (not all held) |\n",
+		"| nginx | 6.0 MiB | 23.6 MiB | 1001 of 1000 | – (not all held) |\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("idle-up table has no %q:\n%s", want, b.String())
+		}
 	}
 }
 

@@ -57,6 +57,10 @@ type Backend struct {
 type BackendServer struct {
 	Name, Addr string
 	H2         bool
+	// PoolPurgeDelay is how often HAProxy closes half of the server's idle
+	// connections (pool-purge-delay); 0: its default, 5 s. How many it
+	// keeps idle is not capped (pool-max-conn's default, -1).
+	PoolPurgeDelay time.Duration
 }
 
 // Render returns h's configuration file.

@@ -14,8 +14,9 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the
 
 // shapes are the configurations the callers write, in small: bench's
 // origin and proxies (every part's servers: the h2up part's h2c origin
-// and HTTP/2 upstreams among them), the e2e WAF, the rolling-restart
-// example's peers.
+// and HTTP/2 upstreams among them; the idle-up part's, which keep
+// many idle HTTP/2 upstream connections), the e2e WAF, the
+// rolling-restart example's peers.
 var shapes = map[string]interface{ Render() ([]byte, error) }{
 	"nginx-origin.conf": Nginx{
 		Dir: "/w/origin", TempDir: "/w/origin/tmp", ErrorLog: "/w/origin/error.log", ErrorLevel: "warn",
@@ -45,6 +46,14 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 				Locations: []Location{{Match: "/", Pass: "origin", Stream: true}}},
 			{Listen: "127.0.0.1:18108", Proto: H2C, Locations: []Location{{Match: "/", Pass: "origin_h2c", GRPC: true}}},
 		},
+	},
+	"nginx-idleup.conf": Nginx{
+		Dir: "/w/nginx", TempDir: "/w/nginx/tmp", ErrorLog: "/w/nginx/error.log", ErrorLevel: "warn",
+		WorkerConnections: 4096, KeepaliveTimeout: 120 * time.Second, KeepaliveRequests: 1000000,
+		Upstreams: []Upstream{{Name: "origin_idle", Servers: []string{"127.0.0.1:18110"},
+			Keepalive: 1000, KeepaliveRequests: 1000000, KeepaliveTimeout: 5 * time.Minute}},
+		Servers: []Server{{Listen: "127.0.0.1:18108", Proto: H2C,
+			Locations: []Location{{Match: "/", Pass: "origin_idle", GRPC: true}}}},
 	},
 	"nginx-waf.conf": Nginx{
 		Dir: "/t", TempDir: "/t", ErrorLog: "/t/error.log", ErrorLevel: "notice", User: "root", WorkerConnections: 1024,
@@ -76,6 +85,14 @@ var shapes = map[string]interface{ Render() ([]byte, error) }{
 			{Name: "grpc_origin", Servers: []BackendServer{{Name: "grpc", Addr: "127.0.0.1:18086", H2: true}}},
 			{Name: "origin_h2c", Servers: []BackendServer{{Name: "origin", Addr: "127.0.0.1:18107", H2: true}}},
 		},
+	},
+	"haproxy-idleup.cfg": HAProxy{
+		Threads: 1, GlobalMaxConn: 4096, MaxConn: 4096, KeepAlive: true, ReuseAlways: true,
+		Timeouts: Timeouts{Connect: 2 * time.Second, Client: time.Minute, Server: 30 * time.Second,
+			HTTPRequest: 10 * time.Second, HTTPKeepAlive: 2 * time.Minute},
+		Frontends: []Frontend{{Name: "bench_idleup", Binds: []Bind{{Addr: "127.0.0.1:18109", Proto: H2C}}, Backend: "origin_idle"}},
+		Backends: []Backend{{Name: "origin_idle",
+			Servers: []BackendServer{{Name: "origin", Addr: "127.0.0.1:18110", H2: true, PoolPurgeDelay: 5 * time.Minute}}}},
 	},
 	"haproxy-replica.cfg": HAProxy{
 		GlobalMaxConn: 4096, HardStopAfter: 3500 * time.Millisecond, ReuseAlways: true,

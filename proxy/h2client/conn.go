@@ -43,8 +43,9 @@ const (
 	// minBatch is what the writer would rather wait to gather a little
 	// more than write alone (see writeLoop).
 	minBatch = 4 << 10
-	// writeTimeout bounds one write of the connection: a peer that
-	// stops reading ends its connection.
+	// writeTimeout bounds one write of the connection (to between half
+	// of it and all of it: see writeLoop): a peer that stops reading
+	// ends its connection.
 	writeTimeout = 30 * time.Second
 	// closeLinger bounds the wait of a connection closed gracefully (its
 	// GOAWAY written) for the peer to close first.

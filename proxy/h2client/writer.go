@@ -24,6 +24,10 @@ func (c *conn) wakeLocked() {
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	yielded := false
+	// deadline is the write deadline set: renewed once half of
+	// writeTimeout has gone, not before each write (setting one costs a
+	// lock and a timer change in the runtime).
+	var deadline time.Time
 	for {
 		c.mu.Lock()
 		for len(c.pend) == 0 && !c.wclose {
@@ -52,13 +56,16 @@ func (c *conn) writeLoop() {
 		buf := c.pend
 		c.pend, c.spare = c.spare[:0], nil
 		c.control = 0
-		timeout := writeTimeout
-		if c.wclose {
-			timeout = closeLinger
-		}
+		closing := c.wclose
 		c.wcond.Broadcast() // writers waiting for room in pend
 		c.mu.Unlock()
-		_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		if now := time.Now(); closing {
+			deadline = now.Add(closeLinger)
+			_ = c.nc.SetWriteDeadline(deadline)
+		} else if deadline.Sub(now) < writeTimeout/2 {
+			deadline = now.Add(writeTimeout)
+			_ = c.nc.SetWriteDeadline(deadline)
+		}
 		_, err := c.nc.Write(buf)
 		c.mu.Lock()
 		if cap(buf) <= 2*maxBatch {

@@ -183,9 +183,11 @@ func (c *call) sendH2(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endp
 		}
 		return 0, ep, err
 	}
-	if !c.h2r.Deadline.IsZero() {
+	if !c.h2r.Deadline.IsZero() && !up.Received() {
 		// The deadline bounds the whole call: a response still streaming
-		// then is cut, both streams cancelled.
+		// then is cut, both streams cancelled. One that has arrived whole
+		// (a unary call's, mostly) leaves nothing upstream to cancel, and
+		// its client keeps its own deadline: no timer for it.
 		t := time.AfterFunc(time.Until(c.h2r.Deadline), func() { up.Cancel(h2client.ErrDeadline) })
 		defer t.Stop()
 	}

@@ -311,6 +311,15 @@ func (st *Stream) ContentLength() int64 { return st.contentLength }
 // trailers.
 func (st *Stream) Ended() bool { return st.headEnded }
 
+// Received reports whether the whole response has arrived (the
+// upstream ended its side of the stream, without a reset): reading the
+// rest of it waits for nothing upstream.
+func (st *Stream) Received() bool {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	return st.remoteClosed && !st.reset && st.err == nil
+}
+
 // Trailer returns the response's trailers, valid once Read returned
 // io.EOF, until Close.
 func (st *Stream) Trailer() *wire.FieldList { return &st.trailer }

@@ -62,9 +62,11 @@ func main() {
 	}
 	if *rate > 0 {
 		cfg := openLoopConfig{target: *target, path: *path, proto: *proto, conns: *conns, rate: *rate, dur: *dur}
-		if err := openLoop(cfg); err != nil {
+		line, err := openLoop(cfg)
+		if err != nil {
 			log.Fatalf("latseries: %v", err)
 		}
+		fmt.Println(line)
 		return
 	}
 

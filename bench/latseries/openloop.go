@@ -55,12 +55,12 @@ type tally struct {
 	firstErr        error
 }
 
-// openLoop runs the schedule and prints one line of figures.
-func openLoop(cfg openLoopConfig) error {
+// openLoop runs the schedule and returns its line of figures.
+func openLoop(cfg openLoopConfig) (string, error) {
 	interval := time.Second / time.Duration(cfg.rate)
 	total := int64(float64(cfg.rate) * cfg.dur.Seconds())
 	if interval <= 0 || total <= 0 {
-		return fmt.Errorf("-rate %d over -d %s schedules no request", cfg.rate, cfg.dur)
+		return "", fmt.Errorf("-rate %d over -d %s schedules no request", cfg.rate, cfg.dur)
 	}
 	var (
 		do    func(ctx context.Context, w int) (int, error)
@@ -71,23 +71,23 @@ func openLoop(cfg openLoopConfig) error {
 	case "h1":
 		pool, err := dialH1(cfg)
 		if err != nil {
-			return err
+			return "", err
 		}
 		do, conns, done = pool.do, func() int { return len(pool.conns) }, pool.close
 	case "h2c":
 		c, err := newH2C(cfg)
 		if err != nil {
-			return err
+			return "", err
 		}
 		do, conns, done = c.do, func() int { return int(c.dials.Load()) }, c.close
 	default:
-		return fmt.Errorf("-proto %q: h1 or h2c", cfg.proto)
+		return "", fmt.Errorf("-proto %q: h1 or h2c", cfg.proto)
 	}
 	defer done()
 
 	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("timerfd_create: %w", err)
+		return "", fmt.Errorf("timerfd_create: %w", err)
 	}
 	// Non-blocking, so os.NewFile hands it to the network poller. Its Fd
 	// method is never called: that would make it blocking again.
@@ -135,7 +135,7 @@ func openLoop(cfg openLoopConfig) error {
 	if err := unix.TimerfdSettime(tfd, 0, &spec, nil); err != nil {
 		close(jobs)
 		wg.Wait()
-		return fmt.Errorf("timerfd_settime: %w", err)
+		return "", fmt.Errorf("timerfd_settime: %w", err)
 	}
 	var dropped int64
 	var buf [8]byte
@@ -157,7 +157,7 @@ func openLoop(cfg openLoopConfig) error {
 	close(jobs)
 	wg.Wait()
 	if pacingErr != nil {
-		return pacingErr
+		return "", pacingErr
 	}
 
 	var all tally
@@ -172,8 +172,7 @@ func openLoop(cfg openLoopConfig) error {
 	if all.firstErr != nil {
 		fmt.Fprintln(os.Stderr, "latseries: first error:", all.firstErr)
 	}
-	fmt.Println(openLoopSummary(cfg, total, dropped, all, conns()))
-	return nil
+	return openLoopSummary(cfg, total, dropped, all, conns()), nil
 }
 
 // openLoopSummary is the line bench/harness parses: the schedule, what

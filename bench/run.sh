@@ -1165,7 +1165,7 @@ STEAL=$(awk -v s="$(($(steal_ticks) - STEAL0))" -v hz="$CLK_TCK" -v t="$(($(date
 	'BEGIN { printf "%.1f%%", (t > 0) ? 100 * s / hz / (t * n) : 0 }')
 # What the report's header says of the machine and the tools. (wrk -v
 # exits 1.)
-export STEAL REPORT_DATE GO_VERSION NGINX_VERSION WRK_VERSION HAPROXY_VERSION="" H2LOAD_VERSION="" GRPC_VERSION="" \
+export STEAL REPORT_DATE GO_VERSION NGINX_VERSION WRK_VERSION HAPROXY_VERSION="" H2LOAD_VERSION="" GRPC_VERSION="" PERF_VERSION="" \
 	NCPU CPU_MODEL KERNEL EBB_COMMIT EBB_DIRTY PROFILE_FILE
 REPORT_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 GO_VERSION=$(go version | awk '{ print $3 }')
@@ -1173,6 +1173,7 @@ NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
 WRK_VERSION=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')
 if has_proxy haproxy; then HAPROXY_VERSION=$(haproxy -v | awk 'NR == 1 { print $3 }'); fi
 if has_part h2c || has_part h2up; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
+if has_part openloop; then PERF_VERSION=$(perf --version | awk '{ print $3 }'); fi
 if has_part grpc; then
 	GRPC_VERSION=$(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')
 fi

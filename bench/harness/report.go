@@ -170,6 +170,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	if r.parts["grpc"] {
 		tools += ", grpc-go " + env("GRPC_VERSION")
 	}
+	if r.parts["openloop"] {
+		tools += ", perf " + env("PERF_VERSION")
+	}
 	p("- %s\n", tools)
 	p("- %s CPUs (%s), kernel %s\n", env("NCPU"), env("CPU_MODEL"), env("KERNEL"))
 	origins := "nginx"

@@ -12,8 +12,8 @@ import (
 
 // openLoopHeader is openloop.tsv's first line: one line per measured run
 // of the openloop part follows. Figures per request are over the
-// requests answered; latencies in µs from the instant each request was
-// scheduled for.
+// requests answered; latencies in µs from the instant the generator
+// issued each request, lag from the instant scheduled to that one.
 const openLoopHeader = "proto\tneighbour\trate\tround\tproxy\tdone\trps\tdropped\tnon2xx\terrors\tconns\tcpu_ticks\tcpu_us_per_req\t" +
 	"task_clock_us_per_req\tsyscalls_per_req\tctxsw_per_req\tp50_us\tp90_us\tp99_us\tmax_us\tlag_p99_us\tcpu0_other_pct"
 
@@ -194,7 +194,7 @@ func (r *run) openLoopTables(p func(string, ...any)) {
 	p("Requests on a fixed schedule whether or not the earlier ones are answered: HTTP/1.1 over %s keep-alive connections taken in turn, "+
 		"h2c over one connection (%s streams at most). Per request: the proxy's CPU time (utime+stime from /proc), its system calls "+
 		"and context switches (`perf stat -e raw_syscalls:sys_enter,context-switches`, nginx: its worker); latencies from the instant "+
-		"each request was scheduled for. With a neighbour: a busy loop (`sh -c 'while :; do :; done'`) pinned to CPU %s beside the proxy, "+
+		"the generator issued each request (a wait for a free connection included). With a neighbour: a busy loop (`sh -c 'while :; do :; done'`) pinned to CPU %s beside the proxy, "+
 		"at the same priority. Medians over rounds.\n",
 		env("OPENLOOP_CONNS"), env("OPENLOOP_CONNS"), env("PROXY_CPU"))
 	for _, proto := range []string{"h1", "h2c"} {

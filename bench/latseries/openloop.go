@@ -20,10 +20,11 @@ import (
 
 // The open-loop mode (-rate): requests are sent at a constant rate, on
 // a schedule fixed in advance, whether or not the answers to the earlier
-// ones have come; a request's latency runs from the instant it was
-// scheduled for, so that a slow answer is not hidden by the client
-// waiting for it (coordinated omission) and a request that had to wait
-// for a free connection counts the wait.
+// ones have come. A request's latency runs from the instant the pacer
+// issued it, so that a slow answer is not hidden by the client waiting
+// for it (coordinated omission) and a request that had to wait for a
+// free connection counts the wait; how late the pacer itself woke, after
+// the instant scheduled, is the generator's and is reported apart (lag).
 //
 // The schedule comes from a periodic timerfd read through the Go
 // network poller, not from time.Sleep or a time.Ticker: a Go program
@@ -44,9 +45,16 @@ type openLoopConfig struct {
 	dur          time.Duration
 }
 
-// sample is one answered request: its latency and how late it went out,
-// both from the instant it was scheduled for.
+// sample is one answered request: its latency, from the instant the
+// pacer issued it, and how late the pacer issued it, after the instant
+// scheduled.
 type sample struct{ latency, lag time.Duration }
+
+// job is a request issued: its place in the schedule, and when.
+type job struct {
+	k      int64
+	issued time.Time
+}
 
 // tally is what one worker saw; the workers' are added up at the end.
 type tally struct {
@@ -100,7 +108,7 @@ func openLoop(cfg openLoopConfig) (string, error) {
 	// Scheduled requests wait here for a free worker (a free connection,
 	// for h1). One second of the schedule fits; a request that finds it
 	// full is dropped, and the achieved rate shows it.
-	jobs := make(chan int64, cfg.rate)
+	jobs := make(chan job, cfg.rate)
 	tallies := make([]tally, cfg.conns)
 	var start time.Time
 	var wg sync.WaitGroup
@@ -111,9 +119,7 @@ func openLoop(cfg openLoopConfig) (string, error) {
 	for w := range cfg.conns {
 		wg.Go(func() {
 			t := &tallies[w]
-			for k := range jobs {
-				due := start.Add(time.Duration(k+1) * interval)
-				sent := time.Now()
+			for j := range jobs {
 				status, err := do(ctx, w)
 				switch {
 				case err != nil:
@@ -125,7 +131,8 @@ func openLoop(cfg openLoopConfig) (string, error) {
 				case status < 200 || status > 299:
 					t.non2xx++
 				}
-				t.samples = append(t.samples, sample{latency: time.Since(due), lag: sent.Sub(due)})
+				due := start.Add(time.Duration(j.k+1) * interval)
+				t.samples = append(t.samples, sample{latency: time.Since(j.issued), lag: j.issued.Sub(due)})
 			}
 		})
 	}
@@ -145,9 +152,10 @@ func openLoop(cfg openLoopConfig) (string, error) {
 			pacingErr = fmt.Errorf("reading the timerfd: %w", err)
 			break
 		}
+		now := time.Now()
 		for n := binary.NativeEndian.Uint64(buf[:]); n > 0 && k < total; n-- {
 			select {
-			case jobs <- k:
+			case jobs <- job{k, now}:
 			default:
 				dropped++
 			}
@@ -177,7 +185,7 @@ func openLoop(cfg openLoopConfig) (string, error) {
 
 // openLoopSummary is the line bench/harness parses: the schedule, what
 // became of it, the percentiles of the answers' latencies (nearest rank)
-// and of how late the requests went out, in µs.
+// and of how late the pacer issued the requests, in µs.
 func openLoopSummary(cfg openLoopConfig, scheduled, dropped int64, t tally, conns int) string {
 	lat := make([]time.Duration, len(t.samples))
 	lag := make([]time.Duration, len(t.samples))

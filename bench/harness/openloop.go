@@ -263,7 +263,25 @@ func (r *run) openLoopTable(p func(string, ...any), proto, nb string, rates, pro
 		}
 	}
 	// What else ran on the proxy's CPU: near 0 alone, the neighbour's
-	// share with it.
-	other := r.openLoop.column("cpu0_other_pct", func(m map[string]string) bool { return m["proto"] == proto && m["neighbour"] == nb })
-	p("Other processes on CPU %s during these runs: median %s%%.\n", env("PROXY_CPU"), median(other))
+	// share with it. Alone, a run where something else took more than
+	// 5 % of the CPU was disturbed (another process on the machine), and
+	// its figures, which the medians take in, are not the proxy's alone.
+	in := func(m map[string]string) bool { return m["proto"] == proto && m["neighbour"] == nb }
+	p("Other processes on CPU %s during these runs: median %s%%.\n", env("PROXY_CPU"), median(r.openLoop.column("cpu0_other_pct", in)))
+	if nb != "off" {
+		return
+	}
+	var disturbed []string
+	others, rounds, proxies, rates := r.openLoop.column("cpu0_other_pct", in), r.openLoop.column("round", in),
+		r.openLoop.column("proxy", in), r.openLoop.column("rate", in)
+	for i, o := range others {
+		if num(o) > 5 {
+			disturbed = append(disturbed, fmt.Sprintf("round %s %s at %s req/s (%s%%)", rounds[i], proxies[i], rates[i], o))
+		}
+	}
+	if len(disturbed) > 0 {
+		p("**Warning: the machine was not quiet: other processes took more than 5 %% of CPU %s in %d of these runs: %s. "+
+			"Their figures are disturbed, and so are the medians that take them in.**\n", env("PROXY_CPU"), len(disturbed),
+			strings.Join(disturbed, ", "))
+	}
 }

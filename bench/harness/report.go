@@ -147,7 +147,7 @@ func report(w io.Writer) error {
 		p("```\n%s```\n", columnT(append([][]string{r.slow.cols}, r.slow.rows...)))
 	}
 	if len(r.openLoop.rows) > 0 {
-		p("\nOpen-loop runs (per request: over the requests answered; task_clock: perf's count of the proxy's CPU time; "+
+		p("\nOpen-loop runs (per request: over the requests answered; task_clock: perf's count of the proxy's CPU time; " +
 			"lag: how late the generator issued the requests, after their scheduled instants):\n\n")
 		p("```\n%s```\n", columnT(append([][]string{r.openLoop.cols}, r.openLoop.rows...)))
 	}

@@ -44,7 +44,8 @@
 #         OPENLOOP_CONNS keep-alive connections and h2c over one, without
 #         and with a busy loop beside the proxy on its CPU
 #         (OPENLOOP_NEIGHBOUR); the proxy's CPU time, system calls and
-#         context switches (perf stat) per request, p50/p90/p99; ebb,
+#         context switches (perf stat; OPENLOOP_PERF=0: without) per
+#         request, p50/p90/p99; ebb,
 #         nginx, HAProxy (and base); not in the default PARTS
 #
 # Layout (2 CPUs):
@@ -114,6 +115,7 @@ OPENLOOP_RATES=${OPENLOOP_RATES:-"1000 2000 5000"}
 OPENLOOP_PROTOS=${OPENLOOP_PROTOS:-"h1 h2c"}
 OPENLOOP_CONNS=${OPENLOOP_CONNS:-64}
 OPENLOOP_NEIGHBOUR=${OPENLOOP_NEIGHBOUR:-both}
+OPENLOOP_PERF=${OPENLOOP_PERF:-1}
 
 PROXY_CPU=0
 LOAD_CPU=1
@@ -151,7 +153,7 @@ TOOLS=(go nginx wrk curl taskset getconf pgrep)
 has_proxy haproxy && TOOLS+=(haproxy)
 if has_part h2c || has_part h2tls || has_part h2up; then TOOLS+=(h2load); fi
 has_part h2tls && TOOLS+=(openssl)
-has_part openloop && TOOLS+=(perf)
+if has_part openloop && [[ $OPENLOOP_PERF == 1 ]]; then TOOLS+=(perf); fi
 for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
@@ -170,11 +172,14 @@ if has_part openloop; then
 		[[ $r == h1 || $r == h2c ]] || die "OPENLOOP_PROTOS: '$r' is not h1 or h2c"
 	done
 	case $OPENLOOP_NEIGHBOUR in off | on | both) ;; *) die "OPENLOOP_NEIGHBOUR must be off, on or both" ;; esac
+	[[ $OPENLOOP_PERF == 0 || $OPENLOOP_PERF == 1 ]] || die "OPENLOOP_PERF must be 0 or 1"
 	# perf must count the two events on another process; fail now, not
 	# after the build and the other parts (perf_event_paranoid, a
 	# kernel without tracepoints, a container without perf_event_open).
-	perf stat -x, -e raw_syscalls:sys_enter,context-switches -o /dev/null -- true 2>/dev/null ||
-		die "perf stat -e raw_syscalls:sys_enter,context-switches does not work here (the openloop part needs it; perf_event_paranoid, or run as root)"
+	if [[ $OPENLOOP_PERF == 1 ]]; then
+		perf stat -x, -e raw_syscalls:sys_enter,context-switches -o /dev/null -- true 2>/dev/null ||
+			die "perf stat -e raw_syscalls:sys_enter,context-switches does not work here (the openloop part needs it, or OPENLOOP_PERF=0; perf_event_paranoid, or run as root)"
+	fi
 fi
 # The client's run under attack starts once the slow connections are open
 # (a second or two) and must end before the attack does.
@@ -443,7 +448,7 @@ fi
 export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
 	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
 	IDLE_UP_CONNS IDLE_UP_STREAMS IDLE_UP_CLIENTS \
-	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS OPENLOOP_RATES OPENLOOP_PROTOS OPENLOOP_CONNS OPENLOOP_NEIGHBOUR ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
+	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS OPENLOOP_RATES OPENLOOP_PROTOS OPENLOOP_CONNS OPENLOOP_NEIGHBOUR OPENLOOP_PERF ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
 	EBB_PORT EBB_ADMIN_PORT EBB_TLS_PORT EBB_GRPC_PORT BASE_PORT BASE_ADMIN_PORT EBB_LOG_PORT EBB_LOG_ADMIN_PORT \
 	EBB_TRACE100_PORT EBB_TRACE100_ADMIN_PORT EBB_TRACE1_PORT EBB_TRACE1_ADMIN_PORT \
 	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT NGINX_H2UP_PORT \
@@ -1090,12 +1095,15 @@ OL_TARGETS=()
 perf_pids() { worker_pid "$1"; }
 
 # openloop_load PROTO TARGET RATE SECONDS OUT: one run of the open-loop
-# generator against TARGET, under perf stat (its counts go to OUT.perf).
+# generator against TARGET, under perf stat (its counts go to OUT.perf;
+# OPENLOOP_PERF=0: without).
 openloop_load() {
-	local proto=$1 p=$2 rate=$3 dur=$4 out=$5 v=ol-$1 port
+	local proto=$1 p=$2 rate=$3 dur=$4 out=$5 v=ol-$1 port perf=()
 	port=$(target_port "$v" "$p")
-	timeout --kill-after=5 $((dur + 45)) taskset -c "$LOAD_CPU" \
-		perf stat -x, -o "$out.perf" -e raw_syscalls:sys_enter,context-switches,task-clock -p "$(perf_pids "$p")" -- \
+	if [[ $OPENLOOP_PERF == 1 ]]; then
+		perf=(perf stat -x, -o "$out.perf" -e raw_syscalls:sys_enter,context-switches,task-clock -p "$(perf_pids "$p")" --)
+	fi
+	timeout --kill-after=5 $((dur + 45)) taskset -c "$LOAD_CPU" "${perf[@]}" \
 		"$WORK/bin/latseries" -target "127.0.0.1:$port" -path / -proto "$proto" -c "$OPENLOOP_CONNS" -rate "$rate" -d "${dur}s" \
 		>"$out" 2>&1 || { cat "$out" >&2; die "latseries -rate $rate -proto $proto failed against $p"; }
 }
@@ -1110,8 +1118,10 @@ measure_openloop() {
 	openloop_load "$proto" "$p" "$rate" "$DURATION" "$out"
 	t1=$(cpu_ticks "$p")
 	c1=$(cpu0_ticks)
+	local perf=$out.perf
+	[[ $OPENLOOP_PERF == 1 ]] || perf=""
 	res=$("$HARNESS" openloop -proto "$proto" -neighbour "$nb" -rate "$rate" -round $((r + 1)) -proxy "$p" \
-		-out "$out" -perf "$out.perf" -ticks $((t1 - t0)) -cpu0-ticks $((c1 - c0))) ||
+		-out "$out" -perf "$perf" -ticks $((t1 - t0)) -cpu0-ticks $((c1 - c0))) ||
 		die "cannot parse the open-loop run of $proto at $rate req/s against $p: $out"
 	log_lines <<<"$res"
 }
@@ -1173,7 +1183,7 @@ NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
 WRK_VERSION=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')
 if has_proxy haproxy; then HAPROXY_VERSION=$(haproxy -v | awk 'NR == 1 { print $3 }'); fi
 if has_part h2c || has_part h2up; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
-if has_part openloop; then PERF_VERSION=$(perf --version | awk '{ print $3 }'); fi
+if has_part openloop && [[ $OPENLOOP_PERF == 1 ]]; then PERF_VERSION=$(perf --version | awk '{ print $3 }'); fi
 if has_part grpc; then
 	GRPC_VERSION=$(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')
 fi

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -115,7 +116,7 @@ func openLoopRun(args []string) error {
 	round := fs.Int("round", 0, "round, from 1")
 	proxy := fs.String("proxy", "", "proxy measured")
 	out := fs.String("out", "", "bench/latseries -rate's output")
-	perfOut := fs.String("perf", "", "perf stat -x, output")
+	perfOut := fs.String("perf", "", "perf stat -x, output; none: not counted (OPENLOOP_PERF=0)")
 	ticks := fs.Int64("ticks", 0, "the proxy's CPU time during the run, in clock ticks")
 	cpu0 := fs.Int64("cpu0-ticks", 0, "CPU time of the proxy's CPU during the run, all processes, in clock ticks")
 	if err := fs.Parse(args); err != nil {
@@ -129,18 +130,20 @@ func openLoopRun(args []string) error {
 	if err != nil {
 		return fmt.Errorf("parsing %s: %w\n%s", *out, err, b)
 	}
-	pb, err := os.ReadFile(*perfOut)
-	if err != nil {
-		return err
-	}
-	pc, err := parsePerfStat(string(pb))
-	if err != nil {
-		return fmt.Errorf("parsing %s: %w\n%s", *perfOut, err, pb)
+	pc := perfCounts{syscalls: math.NaN(), ctxsw: math.NaN(), taskClockMS: math.NaN()}
+	if *perfOut != "" {
+		pb, err := os.ReadFile(*perfOut)
+		if err != nil {
+			return err
+		}
+		if pc, err = parsePerfStat(string(pb)); err != nil {
+			return fmt.Errorf("parsing %s: %w\n%s", *perfOut, err, pb)
+		}
 	}
 	hz, dur := float64(envInt("CLK_TCK")), float64(envInt("DURATION"))
 	done := num(f.done)
 	per := func(x float64, prec int) string {
-		if done <= 0 {
+		if done <= 0 || math.IsNaN(x) {
 			return "NaN"
 		}
 		return strconv.FormatFloat(x/done, 'f', prec, 64)
@@ -217,6 +220,13 @@ func (r *run) openLoopTable(p func(string, ...any), proto, nb string, rates, pro
 			return m["proto"] == proto && m["neighbour"] == nb && m["proxy"] == t && m["rate"] == rate
 		}))
 	}
+	// A figure perf did not count (OPENLOOP_PERF=0) is a dash.
+	fig := func(s string, prec int) string {
+		if s == "NaN" {
+			return "–"
+		}
+		return fixed(s, prec)
+	}
 	head, rule := "| req/s |", "|---:|"
 	for _, t := range proxies {
 		head += fmt.Sprintf(" %s µs CPU/req | syscalls/req | ctx sw/req | p50 / p90 / p99 |", t)
@@ -227,7 +237,7 @@ func (r *run) openLoopTable(p func(string, ...any), proto, nb string, rates, pro
 		line := "| " + rate + " |"
 		for _, t := range proxies {
 			line += fmt.Sprintf(" %s | %s | %s | %s / %s / %s |", fixed(olCol(t, rate, "cpu_us_per_req"), 1),
-				fixed(olCol(t, rate, "syscalls_per_req"), 2), fixed(olCol(t, rate, "ctxsw_per_req"), 2),
+				fig(olCol(t, rate, "syscalls_per_req"), 2), fig(olCol(t, rate, "ctxsw_per_req"), 2),
 				fmtUS(olCol(t, rate, "p50_us")), fmtUS(olCol(t, rate, "p90_us")), fmtUS(olCol(t, rate, "p99_us")))
 		}
 		p("%s\n", line)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,6 +97,42 @@ func TestOpenLoopRun(t *testing.T) {
 	wantErr := "openloop h1 2000 req/s neighbour on round 1 ebb: 2 non-2xx responses, 7 errors, 3 requests dropped\n"
 	if string(e) != wantErr {
 		t.Errorf("errors.txt: %q, want %q", e, wantErr)
+	}
+}
+
+// TestOpenLoopRunWithoutPerf: without perf (OPENLOOP_PERF=0) the counts
+// it would give are NaN, and the table shows dashes for them.
+func TestOpenLoopRunWithoutPerf(t *testing.T) {
+	dir := t.TempDir()
+	for k, v := range map[string]string{"WORK": dir, "CLK_TCK": "100", "DURATION": "10", "ROUNDS": "2", "PROXY_CPU": "0",
+		"OPENLOOP_CONNS": "64"} {
+		t.Setenv(k, v)
+	}
+	out := filepath.Join(dir, "out.txt")
+	if err := os.WriteFile(out, []byte(strings.Replace(openLoopOut, "dropped=3", "dropped=0", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-proto", "h1", "-neighbour", "off", "-rate", "2000", "-round", "1", "-proxy", "ebb", "-out", out,
+		"-ticks", "140", "-cpu0-ticks", "140"}
+	if err := openLoopRun(args); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "openloop.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "h1\toff\t2000\t1\tebb\t19990\t1999.0\t0\t2\t7\t64\t140\t70.04\tNaN\tNaN\tNaN\t250.1\t400.2\t900.3\t2000.4\t80.5\t0.0\n"
+	if !strings.HasSuffix(string(b), want) {
+		t.Errorf("openloop.tsv:\n%q\nwant a last line\n%q", b, want)
+	}
+	r := &run{}
+	if r.openLoop, err = readTable(filepath.Join(dir, "openloop.tsv")); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	r.openLoopTables(func(format string, a ...any) { fmt.Fprintf(&got, format, a...) })
+	if row := "| 2000 | 70.0 | – | – | 250 µs / 400 µs / 900 µs |\n"; !strings.Contains(got.String(), row) {
+		t.Errorf("open-loop table has no %q:\n%s", row, got.String())
 	}
 }
 

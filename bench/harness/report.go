@@ -171,7 +171,7 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	if r.parts["grpc"] {
 		tools += ", grpc-go " + env("GRPC_VERSION")
 	}
-	if r.parts["openloop"] {
+	if r.parts["openloop"] && env("PERF_VERSION") != "" {
 		tools += ", perf " + env("PERF_VERSION")
 	}
 	p("- %s\n", tools)

@@ -39,6 +39,14 @@
 #   grpc  unary gRPC calls (bench/grpc-bench) straight to a Go gRPC server
 #         ("direct") and through ebb (protocol: h2c upstream), nginx
 #         (grpc_pass) and HAProxy (proto h2 server)
+#   openloop  the load a sidecar sees: an open-loop load at fixed rates
+#         (bench/latseries -rate; OPENLOOP_RATES), HTTP/1.1 over
+#         OPENLOOP_CONNS keep-alive connections and h2c over one, without
+#         and with a busy loop beside the proxy on its CPU
+#         (OPENLOOP_NEIGHBOUR); the proxy's CPU time, system calls and
+#         context switches (perf stat; OPENLOOP_PERF=0: without) per
+#         request, p50/p90/p99; ebb,
+#         nginx, HAProxy (and base); not in the default PARTS
 #
 # Layout (2 CPUs):
 #   CPU 0: the proxy under test (all of a variant's proxies run, only the
@@ -103,6 +111,11 @@ HAPROXY_H2UP_PORT=${HAPROXY_H2UP_PORT:-18109}
 ORIGIN_IDLEUP_PORT=${ORIGIN_IDLEUP_PORT:-18110}
 EBB_ADMIN_PORT=${EBB_ADMIN_PORT:-18089}
 KEEP_WORK=${KEEP_WORK:-0}
+OPENLOOP_RATES=${OPENLOOP_RATES:-"1000 2000 5000"}
+OPENLOOP_PROTOS=${OPENLOOP_PROTOS:-"h1 h2c"}
+OPENLOOP_CONNS=${OPENLOOP_CONNS:-64}
+OPENLOOP_NEIGHBOUR=${OPENLOOP_NEIGHBOUR:-both}
+OPENLOOP_PERF=${OPENLOOP_PERF:-1}
 
 PROXY_CPU=0
 LOAD_CPU=1
@@ -121,12 +134,12 @@ die() { log "FATAL: $*"; exit 1; }
 
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
-	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | idle-up | grpc | slowloris) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, idle-up, grpc, slowloris)" ;; esac
+	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | idle-up | grpc | slowloris | openloop) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, idle-up, grpc, slowloris, openloop)" ;; esac
 done
 ((${#WANT_PART[@]} > 0)) || die "PARTS names no part"
 has_part() { [[ -n ${WANT_PART[$1]:-} ]]; }
 PARTS_RUN=""
-for part in h1 h2c h2tls h2up idle idle-h1 idle-up grpc slowloris; do
+for part in h1 h2c h2tls h2up idle idle-h1 idle-up grpc slowloris openloop; do
 	if has_part "$part"; then PARTS_RUN+="${PARTS_RUN:+, }$part"; fi
 done
 has_proxy() { [[ " $PROXIES " == *" $1 "* ]]; }
@@ -140,14 +153,34 @@ TOOLS=(go nginx wrk curl taskset getconf pgrep)
 has_proxy haproxy && TOOLS+=(haproxy)
 if has_part h2c || has_part h2tls || has_part h2up; then TOOLS+=(h2load); fi
 has_part h2tls && TOOLS+=(openssl)
+if has_part openloop && [[ $OPENLOOP_PERF == 1 ]]; then TOOLS+=(perf); fi
 for tool in "${TOOLS[@]}"; do
 	command -v "$tool" >/dev/null || die "$tool not found in PATH"
 done
 [[ $(nproc --all) -ge 2 ]] || die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"
-for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS IDLE_UP_CONNS SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS; do
+for knob in DURATION ROUNDS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS IDLE_UP_CONNS SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS OPENLOOP_CONNS; do
 	[[ ${!knob} =~ ^[0-9]+$ && ${!knob} -gt 0 ]] || die "$knob must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a non-negative integer"
+if has_part openloop; then
+	[[ -n ${OPENLOOP_RATES// /} ]] || die "OPENLOOP_RATES names no rate"
+	for r in $OPENLOOP_RATES; do
+		[[ $r =~ ^[0-9]+$ && $r -gt 0 ]] || die "OPENLOOP_RATES must be positive integers (requests a second)"
+	done
+	[[ -n ${OPENLOOP_PROTOS// /} ]] || die "OPENLOOP_PROTOS names no protocol"
+	for r in $OPENLOOP_PROTOS; do
+		[[ $r == h1 || $r == h2c ]] || die "OPENLOOP_PROTOS: '$r' is not h1 or h2c"
+	done
+	case $OPENLOOP_NEIGHBOUR in off | on | both) ;; *) die "OPENLOOP_NEIGHBOUR must be off, on or both" ;; esac
+	[[ $OPENLOOP_PERF == 0 || $OPENLOOP_PERF == 1 ]] || die "OPENLOOP_PERF must be 0 or 1"
+	# perf must count the two events on another process; fail now, not
+	# after the build and the other parts (perf_event_paranoid, a
+	# kernel without tracepoints, a container without perf_event_open).
+	if [[ $OPENLOOP_PERF == 1 ]]; then
+		perf stat -x, -e raw_syscalls:sys_enter,context-switches -o /dev/null -- true 2>/dev/null ||
+			die "perf stat -e raw_syscalls:sys_enter,context-switches does not work here (the openloop part needs it, or OPENLOOP_PERF=0; perf_event_paranoid, or run as root)"
+	fi
+fi
 # The client's run under attack starts once the slow connections are open
 # (a second or two) and must end before the attack does.
 if has_part slowloris && ((SLOW_HOLD < DURATION + 5)); then
@@ -340,6 +373,9 @@ fi
 if has_part slowloris; then
 	(cd "$REPO_DIR" && go build -o "$WORK/bin/slowloris" ./bench/slowloris) || die "go build ./bench/slowloris failed"
 fi
+if has_part openloop; then
+	(cd "$REPO_DIR" && go build -o "$WORK/bin/latseries" ./bench/latseries) || die "go build ./bench/latseries failed"
+fi
 if has_part h2tls; then
 	# A throwaway certificate for 127.0.0.1 (HAProxy wants certificate and
 	# key in one file).
@@ -373,7 +409,7 @@ declare -A H2UP_PORT=([ebb]=$EBB_PORT [base]=$BASE_PORT [nginx]=$NGINX_H2UP_PORT
 USED_PORTS=("$ORIGIN_PORT")
 for p in $PROXIES; do
 	USED_PORTS+=("${PORT[$p]}")
-	if (has_part h2c || has_part idle) && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
+	if (has_part h2c || has_part idle || has_part openloop) && [[ $p != fasthttp ]]; then USED_PORTS+=("${H2C_PORT[$p]}"); fi
 	if has_part h2tls && [[ -n ${TLS_PORT[$p]:-} ]]; then USED_PORTS+=("${TLS_PORT[$p]}"); fi
 done
 has_proxy ebb && USED_PORTS+=("$EBB_ADMIN_PORT")
@@ -412,7 +448,7 @@ fi
 export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
 	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
 	IDLE_UP_CONNS IDLE_UP_STREAMS IDLE_UP_CLIENTS \
-	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
+	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS OPENLOOP_RATES OPENLOOP_PROTOS OPENLOOP_CONNS OPENLOOP_NEIGHBOUR OPENLOOP_PERF ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
 	EBB_PORT EBB_ADMIN_PORT EBB_TLS_PORT EBB_GRPC_PORT BASE_PORT BASE_ADMIN_PORT EBB_LOG_PORT EBB_LOG_ADMIN_PORT \
 	EBB_TRACE100_PORT EBB_TRACE100_ADMIN_PORT EBB_TRACE1_PORT EBB_TRACE1_ADMIN_PORT \
 	NGINX_PORT NGINX_H2C_PORT NGINX_TLS_PORT NGINX_GRPC_PORT NGINX_H2UP_PORT \
@@ -1039,6 +1075,98 @@ if has_part slowloris; then
 	for p in "${SLOW_TARGETS[@]}"; do stop_pid "$p"; done
 fi
 
+# The openloop part: the load a sidecar sees, far below saturation. For
+# each protocol of OPENLOOP_PROTOS and each neighbour setting (off, on),
+# the proxies start fresh, are warmed up, and then each round measures
+# every rate of OPENLOOP_RATES against every proxy, the order of the
+# proxies rotated each round. The load is bench/latseries -rate on CPU 1:
+# an open-loop schedule (see bench/latseries/openloop.go), HTTP/1.1 over
+# OPENLOOP_CONNS keep-alive connections taken in turn, or h2c over one
+# connection with at most OPENLOOP_CONNS streams. perf stat counts the
+# proxy's system calls and context switches (nginx: its worker's) for the
+# run: the load generator is its workload, so the count starts before
+# the first request and ends after the last answer. "on": a busy loop at
+# the proxies' priority pinned to CPU 0 beside them, started after the
+# warm-ups and stopped (by PID) after the variant's rounds.
+OL_TARGETS=()
+
+# perf_pids NAME: the PIDs perf counts, comma-separated: the proxy's
+# (every thread of it), nginx's worker's.
+perf_pids() { worker_pid "$1"; }
+
+# openloop_load PROTO TARGET RATE SECONDS OUT: one run of the open-loop
+# generator against TARGET, under perf stat (its counts go to OUT.perf;
+# OPENLOOP_PERF=0: without).
+openloop_load() {
+	local proto=$1 p=$2 rate=$3 dur=$4 out=$5 v=ol-$1 port perf=()
+	port=$(target_port "$v" "$p")
+	if [[ $OPENLOOP_PERF == 1 ]]; then
+		perf=(perf stat -x, -o "$out.perf" -e raw_syscalls:sys_enter,context-switches,task-clock -p "$(perf_pids "$p")" --)
+	fi
+	timeout --kill-after=5 $((dur + 45)) taskset -c "$LOAD_CPU" "${perf[@]}" \
+		"$WORK/bin/latseries" -target "127.0.0.1:$port" -path / -proto "$proto" -c "$OPENLOOP_CONNS" -rate "$rate" -d "${dur}s" \
+		>"$out" 2>&1 || { cat "$out" >&2; die "latseries -rate $rate -proto $proto failed against $p"; }
+}
+
+# measure_openloop PROTO NEIGHBOUR RATE ROUND TARGET: one measured run;
+# bench/harness appends its figures to openloop.tsv.
+measure_openloop() {
+	local proto=$1 nb=$2 rate=$3 r=$4 p=$5 out t0 t1 c0 c1 res
+	out=$WORK/openloop-$proto-$nb-$rate-$p-$r.txt
+	t0=$(cpu_ticks "$p")
+	c0=$(cpu0_ticks)
+	openloop_load "$proto" "$p" "$rate" "$DURATION" "$out"
+	t1=$(cpu_ticks "$p")
+	c1=$(cpu0_ticks)
+	local perf=$out.perf
+	[[ $OPENLOOP_PERF == 1 ]] || perf=""
+	res=$("$HARNESS" openloop -proto "$proto" -neighbour "$nb" -rate "$rate" -round $((r + 1)) -proxy "$p" \
+		-out "$out" -perf "$perf" -ticks $((t1 - t0)) -cpu0-ticks $((c1 - c0))) ||
+		die "cannot parse the open-loop run of $proto at $rate req/s against $p: $out"
+	log_lines <<<"$res"
+}
+
+if has_part openloop; then
+	for p in "${PROXY_LIST[@]}"; do
+		case $p in ebb | nginx | haproxy | base) OL_TARGETS+=("$p") ;; esac
+	done
+	((${#OL_TARGETS[@]} > 0)) || die "the openloop part needs ebb, nginx, haproxy or base in PROXIES"
+	case $OPENLOOP_NEIGHBOUR in off) OL_NB=(off) ;; on) OL_NB=(on) ;; both) OL_NB=(off on) ;; esac
+	read -r -a OL_RATES <<<"$OPENLOOP_RATES"
+	OL_TOP=0
+	for rate in "${OL_RATES[@]}"; do ((rate <= OL_TOP)) || OL_TOP=$rate; done
+	V_KIND+=([ol-h1]=wrk [ol-h2c]=h2load)
+	V_SCHEME+=([ol-h2c]=http)
+	NT=${#OL_TARGETS[@]}
+	for proto in $OPENLOOP_PROTOS; do
+		for nb in "${OL_NB[@]}"; do
+			log "openloop: $proto at ${OL_RATES[*]} req/s, neighbour $nb, against ${OL_TARGETS[*]}"
+			for p in "${OL_TARGETS[@]}"; do start_proxy "$p" "ol-$proto"; done
+			if ((WARMUP > 0)); then
+				for p in "${OL_TARGETS[@]}"; do
+					log "  warm-up $p (${WARMUP}s at $OL_TOP req/s)"
+					openloop_load "$proto" "$p" "$OL_TOP" "$WARMUP" "$WORK/warmup-openloop-$proto-$nb-$p.txt"
+				done
+			fi
+			if [[ $nb == on ]]; then
+				# The neighbour: an application that wants the whole CPU, at
+				# the proxies' priority (they all run at nice 0).
+				taskset -c "$PROXY_CPU" sh -c 'while :; do :; done' &
+				PID[neighbour]=$!
+			fi
+			for ((r = 0; r < ROUNDS; r++)); do
+				for rate in "${OL_RATES[@]}"; do
+					for ((i = 0; i < NT; i++)); do
+						measure_openloop "$proto" "$nb" "$rate" "$r" "${OL_TARGETS[$(((r + i) % NT))]}"
+					done
+				done
+			done
+			stop_pid neighbour
+			for p in "${OL_TARGETS[@]}"; do stop_pid "$p"; done
+		done
+	done
+fi
+
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
@@ -1047,7 +1175,7 @@ STEAL=$(awk -v s="$(($(steal_ticks) - STEAL0))" -v hz="$CLK_TCK" -v t="$(($(date
 	'BEGIN { printf "%.1f%%", (t > 0) ? 100 * s / hz / (t * n) : 0 }')
 # What the report's header says of the machine and the tools. (wrk -v
 # exits 1.)
-export STEAL REPORT_DATE GO_VERSION NGINX_VERSION WRK_VERSION HAPROXY_VERSION="" H2LOAD_VERSION="" GRPC_VERSION="" \
+export STEAL REPORT_DATE GO_VERSION NGINX_VERSION WRK_VERSION HAPROXY_VERSION="" H2LOAD_VERSION="" GRPC_VERSION="" PERF_VERSION="" \
 	NCPU CPU_MODEL KERNEL EBB_COMMIT EBB_DIRTY PROFILE_FILE
 REPORT_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 GO_VERSION=$(go version | awk '{ print $3 }')
@@ -1055,6 +1183,7 @@ NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
 WRK_VERSION=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')
 if has_proxy haproxy; then HAPROXY_VERSION=$(haproxy -v | awk 'NR == 1 { print $3 }'); fi
 if has_part h2c || has_part h2up; then H2LOAD_VERSION=$(h2load --version | awk '{ print $2 }'); fi
+if has_part openloop && [[ $OPENLOOP_PERF == 1 ]]; then PERF_VERSION=$(perf --version | awk '{ print $3 }'); fi
 if has_part grpc; then
 	GRPC_VERSION=$(go version -m "$WORK/bin/grpc-bench" | awk '$2 == "google.golang.org/grpc" { print $3 }')
 fi

@@ -163,7 +163,7 @@ func proxyNginx(conns int) peers.Nginx {
 			Keepalive: 64, KeepaliveRequests: 1000000},
 	}
 	run := parts()
-	if run["h2c"] || run["idle"] {
+	if run["h2c"] || run["idle"] || run["openloop"] {
 		servers = append(servers, peers.Server{Listen: loopback("NGINX_H2C_PORT"), Proto: peers.H2C, Locations: pass})
 	}
 	if run["grpc"] {
@@ -201,7 +201,7 @@ func proxyHAProxy(conns int, wide bool) peers.HAProxy {
 	fronts := []peers.Frontend{{Name: "bench", Binds: []peers.Bind{{Addr: loopback("HAPROXY_PORT")}}, Backend: origin}}
 	backs := []peers.Backend{{Name: origin, Servers: []peers.BackendServer{{Name: "origin", Addr: loopback("ORIGIN_PORT")}}}}
 	run := parts()
-	if run["h2c"] || run["idle"] {
+	if run["h2c"] || run["idle"] || run["openloop"] {
 		fronts = append(fronts, peers.Frontend{Name: "bench_h2c",
 			Binds: []peers.Bind{{Addr: loopback("HAPROXY_H2C_PORT"), Proto: peers.H2C}}, Backend: origin})
 	}

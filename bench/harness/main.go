@@ -9,6 +9,8 @@
 //	                                     parse one run's output, append its figures to runs.tsv
 //	harness attack -round R -proxy P -out FILE
 //	                                     parse one slowloris attack, append it to slowloris.tsv
+//	harness openloop -proto P -neighbour N -rate R -round R -proxy P -out FILE -perf FILE -ticks T -cpu0-ticks C
+//	                                     parse one open-loop run and its perf counts, append them to openloop.tsv
 //	harness report                       render the report
 //
 // The knobs come from the environment, as run.sh resolved and exported
@@ -27,7 +29,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: harness configs|measure|attack|report [flags]"))
+		fail(fmt.Errorf("usage: harness configs|measure|attack|openloop|report [flags]"))
 	}
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
@@ -37,10 +39,12 @@ func main() {
 		err = measure(args)
 	case "attack":
 		err = attack(args)
+	case "openloop":
+		err = openLoopRun(args)
 	case "report":
 		err = report(os.Stdout)
 	default:
-		err = fmt.Errorf("unknown command %q (configs, measure, attack, report)", cmd)
+		err = fmt.Errorf("unknown command %q (configs, measure, attack, openloop, report)", cmd)
 	}
 	if err != nil {
 		fail(err)

@@ -15,6 +15,7 @@ import (
 // its work directory and the knobs and facts run.sh exported.
 type run struct {
 	runs, slow, rss, idle table
+	openLoop              table
 	variants              []variant
 	errors                []string
 	spans                 map[string]string // tracing ebb -> spans its sink counted
@@ -42,7 +43,8 @@ func loadRun() (*run, error) {
 	for _, t := range []struct {
 		dst  *table
 		name string
-	}{{&r.runs, "runs.tsv"}, {&r.slow, "slowloris.tsv"}, {&r.rss, "rss.tsv"}, {&r.idle, "idle.tsv"}} {
+	}{{&r.runs, "runs.tsv"}, {&r.slow, "slowloris.tsv"}, {&r.rss, "rss.tsv"}, {&r.idle, "idle.tsv"},
+		{&r.openLoop, "openloop.tsv"}} {
 		var err error
 		if *t.dst, err = readTable(work(t.name)); err != nil {
 			return nil, err
@@ -129,6 +131,7 @@ func report(w io.Writer) error {
 	r.spanCounts(p)
 	r.idleTables(p)
 	r.slowTable(p)
+	r.openLoopTables(p)
 	p("\n## Errors\n\n")
 	if len(r.errors) == 0 {
 		p("The load generators reported no non-2xx responses and no errors.\n")
@@ -142,6 +145,11 @@ func report(w io.Writer) error {
 	if len(r.slowTargets()) > 0 {
 		p("\nSlowloris attacks (open: slow connections still open at the end; cut times: medians, seconds after they opened):\n\n")
 		p("```\n%s```\n", columnT(append([][]string{r.slow.cols}, r.slow.rows...)))
+	}
+	if len(r.openLoop.rows) > 0 {
+		p("\nOpen-loop runs (per request: over the requests answered; task_clock: perf's count of the proxy's CPU time; " +
+			"lag: how late the generator issued the requests, after their scheduled instants):\n\n")
+		p("```\n%s```\n", columnT(append([][]string{r.openLoop.cols}, r.openLoop.rows...)))
 	}
 	return b.Flush()
 }
@@ -162,6 +170,9 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	}
 	if r.parts["grpc"] {
 		tools += ", grpc-go " + env("GRPC_VERSION")
+	}
+	if r.parts["openloop"] && env("PERF_VERSION") != "" {
+		tools += ", perf " + env("PERF_VERSION")
 	}
 	p("- %s\n", tools)
 	p("- %s CPUs (%s), kernel %s\n", env("NCPU"), env("CPU_MODEL"), env("KERNEL"))
@@ -197,6 +208,10 @@ func (r *run) header(p func(string, ...any), calibRPS string) {
 	}
 	if r.parts["grpc"] {
 		loads += ", the gRPC client"
+	}
+	if r.parts["openloop"] {
+		loads += fmt.Sprintf(", `bench/latseries -rate` (%s req/s, %s)", strings.Join(strings.Fields(env("OPENLOOP_RATES")), ", "),
+			strings.Join(strings.Fields(env("OPENLOOP_PROTOS")), ", "))
 	}
 	p("- proxy on CPU %s; origin (%s) and %s on CPU %s\n", proxyCPU, origins, loads, loadCPU)
 	p("- parts: %s; %ss per run, %s interleaved rounds, %ss warm-up; figures are medians over rounds\n",

@@ -19,12 +19,17 @@ import (
 //     table, its headline and the header of a run without h2c;
 //   - testdata/run-idleup (PARTS=idle-up, ebb, nginx and HAProxy) against
 //     testdata/report-idleup.md.golden, the report that run wrote: the
-//     idle-up table, every proxy holding its 1000 connections.
+//     idle-up table, every proxy holding its 1000 connections;
+//   - testdata/run-openloop (PARTS=openloop DURATION=10 ROUNDS=2, ebb,
+//     nginx and HAProxy) against testdata/report-openloop.md.golden, the
+//     report that run wrote: the four open-loop tables, medians of two
+//     rounds, ebb's ratios and the raw runs.
 func TestReport(t *testing.T) {
 	for _, c := range []struct{ env, run, golden string }{
 		{"testdata/report.env", "testdata/run", "testdata/report.md.golden"},
 		{"testdata/report-h2up.env", "testdata/run-h2up", "testdata/report-h2up.md.golden"},
 		{"testdata/report-idleup.env", "testdata/run-idleup", "testdata/report-idleup.md.golden"},
+		{"testdata/report-openloop.env", "testdata/run-openloop", "testdata/report-openloop.md.golden"},
 	} {
 		t.Run(c.run, func(t *testing.T) {
 			b, err := os.ReadFile(c.env)

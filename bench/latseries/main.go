@@ -1,8 +1,16 @@
-// Command latseries is a closed-loop HTTP/1.1 keep-alive client that
+// Command latseries is an HTTP client for latency, in two modes.
+//
+// By default it is a closed-loop HTTP/1.1 keep-alive client that
 // reports its latency over time, bucket by bucket: where wrk gives one
 // p99 for a whole run, a stall of a few tens of milliseconds shows here
 // as the bucket it fell in. bench/README.md (Slowloris) tells how it
 // found the instant when a proxy cuts a thousand slow connections at once.
+//
+// With -rate R it is the open-loop load generator of bench/run.sh's
+// openloop part: R requests a second on a fixed schedule, over -c
+// HTTP/1.1 keep-alive connections (-proto h1) or one h2c connection with
+// at most -c streams (-proto h2c), for -d; it prints one line of figures
+// (see openloop.go).
 //
 // Each of -c connections sends GET -path, reads the response and sends the
 // next, for -d. It prints one line per -b bucket (by when each request was
@@ -30,6 +38,8 @@ func main() {
 	conns := flag.Int("c", 8, "connections")
 	dur := flag.Duration("d", 12*time.Second, "length of the run (at most 10m)")
 	bucket := flag.Duration("b", 100*time.Millisecond, "bucket width")
+	rate := flag.Int("rate", 0, "open loop: requests a second on a fixed schedule (0: closed loop)")
+	proto := flag.String("proto", "h1", "open loop: h1 (-c connections) or h2c (one connection, -c streams at most)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -47,6 +57,17 @@ func main() {
 		log.Fatal("latseries: -d must be above 0 and at most 10m")
 	case *bucket <= 0 || *bucket > *dur:
 		log.Fatal("latseries: -b must be above 0 and at most -d")
+	case *rate < 0 || *rate > 1000000:
+		log.Fatal("latseries: -rate must be between 0 and 1000000")
+	}
+	if *rate > 0 {
+		cfg := openLoopConfig{target: *target, path: *path, proto: *proto, conns: *conns, rate: *rate, dur: *dur}
+		line, err := openLoop(cfg)
+		if err != nil {
+			log.Fatalf("latseries: %v", err)
+		}
+		fmt.Println(line)
+		return
 	}
 
 	req := []byte("GET " + *path + " HTTP/1.1\r\nHost: " + *target + "\r\n\r\n")

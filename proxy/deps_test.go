@@ -35,6 +35,7 @@ var layers = map[string]int{
 	"proxy/pace":          0,
 	"proxy/paths":         0,
 	"proxy/h2/wire":       0,
+	"proxy/sock":          0,
 	"examples/echo":       0,
 	"examples/vip":        0,
 	"examples/loadgen":    0,

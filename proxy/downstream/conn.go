@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ebb-proxy/ebb/proxy/sock"
 )
 
 // Protocol is what a downstream connection speaks, once known.
@@ -101,7 +103,8 @@ type Conn struct {
 	Drainable bool
 
 	reg     *Registry
-	onClose func() // read-only after Track
+	sio     sock.IO // reads and writes Conn (see package sock)
+	onClose func()  // read-only after Track
 	proto   atomic.Int32
 	state   atomic.Int32
 	linger  atomic.Bool
@@ -205,7 +208,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	for {
-		n, err := c.Conn.Read(p)
+		n, err := c.sio.Read(p)
 		c.rx.Add(int64(n))
 		if n > 0 || !c.idleCloseAsked(err) {
 			return n, err
@@ -229,7 +232,7 @@ func (c *Conn) Peek(prefix []byte) (match bool, err error) {
 	n := 0
 	for n < len(buf) {
 		var k int
-		k, err = c.Conn.Read(buf[n:])
+		k, err = c.sio.Read(buf[n:])
 		c.rx.Add(int64(k))
 		if k == 0 && c.idleCloseAsked(err) {
 			if c.answerIdleClose() {
@@ -281,7 +284,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := c.Conn.Write(p)
+	n, err := c.sio.Write(p)
 	c.tx.Add(int64(n))
 	return n, err
 }

@@ -104,6 +104,7 @@ func (r *Registry) Track(nc net.Conn, listener string, drainable bool, onClose f
 		reg:       r,
 		onClose:   onClose,
 	}
+	c.sio.Init(nc)
 	now := time.Now()
 	if drainable && r.signalNew.Load() {
 		c.Signal(now)

@@ -66,7 +66,7 @@ func (c *conn) writeLoop() {
 			deadline = now.Add(writeTimeout)
 			_ = c.nc.SetWriteDeadline(deadline)
 		}
-		_, err := c.nc.Write(buf)
+		_, err := c.sio.Write(buf)
 		c.mu.Lock()
 		if cap(buf) <= 2*maxBatch {
 			c.spare = buf[:0]

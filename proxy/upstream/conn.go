@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebb-proxy/ebb/proxy/downstream"
 	"github.com/ebb-proxy/ebb/proxy/events"
+	"github.com/ebb-proxy/ebb/proxy/sock"
 )
 
 // BodyWatcher is told that a response body streamed to the client has
@@ -46,8 +47,9 @@ type Conn struct {
 	// tcp is the socket: Conn itself, or what a TLS connection runs on
 	// (the checks of TCP_INFO and of an idle socket look at it).
 	tcp  net.Conn
-	used bool  // it has carried a complete exchange
-	sent int64 // bytes written to it
+	sio  sock.IO // reads and writes Conn (see package sock)
+	used bool    // it has carried a complete exchange
+	sent int64   // bytes written to it
 	// ackBase is the peer's acknowledged byte count (ackedBytes) right
 	// after the connect, or -1 if unknown: later counts less ackBase are
 	// the bytes of data the upstream's TCP stack received.
@@ -70,6 +72,7 @@ func NewConn(nc net.Conn, writeTimeout time.Duration) *Conn {
 		tcp = tc.NetConn()
 	}
 	c := &Conn{Conn: nc, tcp: tcp, writeTimeout: writeTimeout, ackBase: ackedBytes(tcp)}
+	c.sio.Init(nc)
 	c.idle.init(tcp)
 	return c
 }
@@ -93,7 +96,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if c.wrote.Swap(false) {
 		runtime.Gosched()
 	}
-	return c.Conn.Read(p)
+	return c.sio.Read(p)
 }
 
 func (c *Conn) Write(p []byte) (int, error) {
@@ -103,7 +106,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := c.Conn.Write(p)
+	n, err := c.sio.Write(p)
 	c.sent += int64(n)
 	return n, err
 }

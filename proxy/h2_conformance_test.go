@@ -342,7 +342,7 @@ func rawH2COrigin(t *testing.T, respTrailers [][2]string) (addr string, got <-ch
 }
 
 // TestH2RequestTrailersToH2C sends requests with trailers, announced or
-// not, through ebb to an h2c origin (net/http's Transport): the origin
+// not, through ebb to an h2c origin (ebb's HTTP/2 client): the origin
 // receives each trailer field once, and the announcing trailer field
 // once.
 func TestH2RequestTrailersToH2C(t *testing.T) {
@@ -396,8 +396,9 @@ func TestH2RequestTrailersToH2C(t *testing.T) {
 		if !slices.Equal(trailerField, tc.trailerField) {
 			t.Errorf("%s: the origin's trailer fields %q, want %q", tc.name, trailerField, tc.trailerField)
 		}
-		// net/http's Transport sends trailers from a map: names in any
-		// order, a name's values in theirs.
+		// The order of the names is not what this test checks: what the
+		// origin received is sorted by name, as the expected fields are
+		// written, a name's values kept in their order.
 		slices.SortStableFunc(req.trailers, func(a, b string) int {
 			an, _, _ := strings.Cut(a, ":")
 			bn, _, _ := strings.Cut(b, ":")

@@ -22,7 +22,8 @@ import (
 // retry budget, when that is safe (see upstream.Resendable). The transports
 // themselves first send a request again on a fresh connection to the same
 // endpoint when a pooled one turns out to have been closed by the upstream
-// while idle (see upstream.H1 and net/http's Transport).
+// while idle (see upstream.H1); ebb's HTTP/2 client sends nothing again
+// by itself.
 
 // The retry budget's window, and the retries it allows in any window
 // whatever the traffic: a quiet cluster still gets a few.

@@ -190,8 +190,8 @@ func TestRetryAddressesNextEndpoint(t *testing.T) {
 	}
 }
 
-// TestRequestBodyOutlivesHandler: net/http's Transport may still read a
-// request body after the response arrived (full duplex). Once the
+// TestRequestBodyOutlivesHandler: an exchange in net/http's form may
+// still read a request body after the response arrived (full duplex). Once the
 // response is done, it reads no more of it, and the next request's body,
 // which may reuse the pooled upstream.Body, never reaches the first upstream.
 func TestRequestBodyOutlivesHandler(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package h1 is ebb's HTTP/1 engine: fasthttp's server, fed connections by
 // the listener's accept loop, serving each request through the forwarding
 // skeleton (package forward) to an HTTP/1.1 upstream (ebb's transport), an
-// HTTP/2 or auto upstream (net/http's Transport), or, for a WebSocket
-// upgrade, a connection of its own relayed both ways.
+// HTTP/2 or auto upstream (a request in net/http's form, through
+// cluster.ExchangeHTTP), or, for a WebSocket upgrade, a connection of its
+// own relayed both ways.
 package h1
 
 import (

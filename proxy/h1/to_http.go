@@ -19,8 +19,10 @@ import (
 )
 
 // sendHTTP sends the request to an endpoint of an h2c, h2 or auto
-// cluster through net/http's Transport, and puts the answer into the
-// response fasthttp sends; its body streams to the client.
+// cluster in net/http's form (cluster.ExchangeHTTP: ebb's HTTP/2 client,
+// or its HTTP/1.1 transport for an auto endpoint that speaks HTTP/1.1),
+// and puts the answer into the response fasthttp sends; its body streams
+// to the client.
 func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.Endpoint, error) {
 	out := c.httpRequest(rt, ep)
 	// A retry's copy of the request must keep the trailer map OnEOF fills.
@@ -34,7 +36,7 @@ func (c *call) sendHTTP(rt *route.Route, ep *cluster.Endpoint) (int, *cluster.En
 	return c.relayHTTP(resp, ep), ep, nil
 }
 
-// httpRequest builds the request net/http's Transport sends to ep from
+// httpRequest builds the request in net/http's form that goes to ep from
 // the client's, whose header rules have been applied. A chunked body's
 // trailers join it as they arrive.
 func (c *call) httpRequest(rt *route.Route, ep *cluster.Endpoint) *http.Request {

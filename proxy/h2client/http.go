@@ -90,8 +90,8 @@ func requestBlock(blk []byte, req *http.Request, hasBody bool) []byte {
 		blk = wire.AppendField(blk, []byte("content-length"), strconv.FormatInt(req.ContentLength, 10))
 	}
 	if len(req.Trailer) > 0 {
-		// The names the client announced, as net/http's Transport sent
-		// them: sorted, in canonical form.
+		// The names the client announced, sorted, in canonical form (as
+		// net/http's own client announces them).
 		names := slices.Sorted(maps.Keys(req.Trailer))
 		blk = wire.AppendField(blk, []byte("trailer"), strings.Join(names, ","))
 	}

@@ -51,7 +51,8 @@ func StdRequest(h http.Header, hop Hop) {
 }
 
 // StdResponse applies the response rules to the header of a response
-// received through net/http's Transport, going to the client; via, if
+// received in net/http's form (cluster.ExchangeHTTP), going to the
+// client; via, if
 // set, is appended to Via.
 func StdResponse(h http.Header, via []byte) {
 	delete(h, "Transfer-Encoding")

@@ -45,7 +45,7 @@
 #         and with a busy loop beside the proxy on its CPU
 #         (OPENLOOP_NEIGHBOUR); the proxy's CPU time, system calls and
 #         context switches (perf stat; OPENLOOP_PERF=0: without) per
-#         request, p50/p90/p99; ebb,
+#         request, p50/p90/p99; ebb, ebb-log,
 #         nginx, HAProxy (and base); not in the default PARTS
 #
 # Layout (2 CPUs):
@@ -116,6 +116,8 @@ OPENLOOP_PROTOS=${OPENLOOP_PROTOS:-"h1 h2c"}
 OPENLOOP_CONNS=${OPENLOOP_CONNS:-64}
 OPENLOOP_NEIGHBOUR=${OPENLOOP_NEIGHBOUR:-both}
 OPENLOOP_PERF=${OPENLOOP_PERF:-1}
+EBB_GOMAXPROCS=${EBB_GOMAXPROCS:-}
+BASE_GOMAXPROCS=${BASE_GOMAXPROCS:-}
 
 PROXY_CPU=0
 LOAD_CPU=1
@@ -132,6 +134,9 @@ die() { log "FATAL: $*"; exit 1; }
 # Preconditions
 # ---------------------------------------------------------------------------
 
+for knob in EBB_GOMAXPROCS BASE_GOMAXPROCS; do
+	[[ -z ${!knob} || ${!knob} =~ ^[1-9][0-9]*$ ]] || die "$knob must be a positive integer (the ebb process's GOMAXPROCS), or empty for the runtime's default"
+done
 declare -A WANT_PART=()
 for part in ${PARTS//,/ }; do
 	case $part in h1 | h2c | h2tls | h2up | idle | idle-h1 | idle-up | grpc | slowloris | openloop) WANT_PART[$part]=1 ;; *) die "unknown part '$part' in PARTS (h1, h2c, h2tls, h2up, idle, idle-h1, idle-up, grpc, slowloris, openloop)" ;; esac
@@ -445,7 +450,7 @@ BASE_ACCESS_LOG=1 # a base from before telemetry.access_log existed has no such 
 if has_proxy base && ! git -C "$REPO_DIR" show "$BASE_COMMIT:config/schema.go" | grep -q 'key:"access_log"'; then
 	BASE_ACCESS_LOG=0
 fi
-export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
+export WORK PARTS_RUN PROXIES BASE BASE_COMMIT=${BASE_COMMIT:-} EBB_GOMAXPROCS BASE_GOMAXPROCS BASE_ACCESS_LOG SMALL_BYTES CLK_TCK PROXY_CPU LOAD_CPU \
 	DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS H2_WIDE_CONNS IDLE_CONNS IDLE_H1_CONNS \
 	IDLE_UP_CONNS IDLE_UP_STREAMS IDLE_UP_CLIENTS \
 	SLOW_CONNS SLOW_HOLD SLOW_CLIENT_CONNS OPENLOOP_RATES OPENLOOP_PROTOS OPENLOOP_CONNS OPENLOOP_NEIGHBOUR OPENLOOP_PERF ORIGIN_PORT ORIGIN_H2C_PORT ORIGIN_IDLEUP_PORT GRPC_PORT OTLP_PORT \
@@ -550,14 +555,14 @@ start_proxy() {
 		[[ ${V_KIND[$v]} != grpc ]] || conf=$WORK/ebb/ebb-grpc.yaml
 		[[ $v != h2up ]] || conf=$WORK/ebb/ebb-h2up.yaml
 		[[ $v != idle-up ]] || conf=$WORK/ebb/ebb-idleup.yaml
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
+		taskset -c "$PROXY_CPU" env ${EBB_GOMAXPROCS:+GOMAXPROCS=$EBB_GOMAXPROCS} "$WORK/bin/ebb" run -config "$conf" -set admin.pprof=true \
 			>"$WORK/ebb/stdout.log" 2>"${LOGF[ebb]}" &
 		;;
 	base)
 		local conf=$WORK/base/ebb.yaml
 		[[ $v != h2up ]] || conf=$WORK/base/ebb-h2up.yaml
 		[[ $v != idle-up ]] || conf=$WORK/base/ebb-idleup.yaml
-		taskset -c "$PROXY_CPU" "$WORK/bin/ebb-base" run -config "$conf" \
+		taskset -c "$PROXY_CPU" env ${BASE_GOMAXPROCS:+GOMAXPROCS=$BASE_GOMAXPROCS} "$WORK/bin/ebb-base" run -config "$conf" \
 			>"$WORK/base/stdout.log" 2>"${LOGF[base]}" &
 		;;
 	ebb-log | ebb-trace100 | ebb-trace1)
@@ -1128,9 +1133,9 @@ measure_openloop() {
 
 if has_part openloop; then
 	for p in "${PROXY_LIST[@]}"; do
-		case $p in ebb | nginx | haproxy | base) OL_TARGETS+=("$p") ;; esac
+		case $p in ebb | ebb-log | nginx | haproxy | base) OL_TARGETS+=("$p") ;; esac
 	done
-	((${#OL_TARGETS[@]} > 0)) || die "the openloop part needs ebb, nginx, haproxy or base in PROXIES"
+	((${#OL_TARGETS[@]} > 0)) || die "the openloop part needs ebb, ebb-log, nginx, haproxy or base in PROXIES"
 	case $OPENLOOP_NEIGHBOUR in off) OL_NB=(off) ;; on) OL_NB=(on) ;; both) OL_NB=(off on) ;; esac
 	read -r -a OL_RATES <<<"$OPENLOOP_RATES"
 	OL_TOP=0

@@ -154,12 +154,22 @@ func report(w io.Writer) error {
 	return b.Flush()
 }
 
+// gomaxprocs says how a GOMAXPROCS knob set the runtime's, if it did
+// (otherwise the runtime chose: one P per CPU the process may run on).
+// The knobs are newer than some recorded runs, so unset means empty.
+func gomaxprocs(knob string) string {
+	if v := os.Getenv(knob); v != "" {
+		return ", GOMAXPROCS=" + v + " (" + knob + ")"
+	}
+	return ""
+}
+
 func (r *run) header(p func(string, ...any), calibRPS string) {
 	proxyCPU, loadCPU := env("PROXY_CPU"), env("LOAD_CPU")
 	p("# ebb benchmark, %s\n\n", env("REPORT_DATE"))
-	p("- ebb %s%s, %s\n", env("EBB_COMMIT"), env("EBB_DIRTY"), env("GO_VERSION"))
+	p("- ebb %s%s, %s%s\n", env("EBB_COMMIT"), env("EBB_DIRTY"), env("GO_VERSION"), gomaxprocs("EBB_GOMAXPROCS"))
 	if r.proxies["base"] {
-		p("- base: ebb built from %s (%s)\n", env("BASE"), env("BASE_COMMIT"))
+		p("- base: ebb built from %s (%s)%s\n", env("BASE"), env("BASE_COMMIT"), gomaxprocs("BASE_GOMAXPROCS"))
 	}
 	tools := env("NGINX_VERSION") + ", wrk " + env("WRK_VERSION")
 	if r.proxies["haproxy"] {

@@ -104,3 +104,16 @@ func TestColumnT(t *testing.T) {
 		t.Errorf("columnT:\n%q\nwant\n%q", got, want)
 	}
 }
+
+// TestGomaxprocsKnob: the header names a GOMAXPROCS knob only when it was
+// set.
+func TestGomaxprocsKnob(t *testing.T) {
+	t.Setenv("EBB_GOMAXPROCS", "")
+	if got := gomaxprocs("EBB_GOMAXPROCS"); got != "" {
+		t.Errorf("unset: %q, want nothing", got)
+	}
+	t.Setenv("BASE_GOMAXPROCS", "2")
+	if got, want := gomaxprocs("BASE_GOMAXPROCS"), ", GOMAXPROCS=2 (BASE_GOMAXPROCS)"; got != want {
+		t.Errorf("set: %q, want %q", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -263,7 +264,11 @@ func startServing(cf configFlags, cfg *config.Config, tel *telemetry.Telemetry, 
 	if a := adm.ProbeAddr(); a != nil {
 		probe = a.String()
 	}
-	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "probe", probe, "takeover_socket", cfg.Takeover.Socket)
+	// GOMAXPROCS: what the runtime chose (the CPUs ebb may run on, or a
+	// cgroup CPU limit rounded up and at least 2), or the environment's;
+	// docs/DEPLOYMENT.md says when to set it.
+	log.Info("ebb started", "version", buildVersion(), "config", cfg.Source, "admin", adm.Addr().String(), "probe", probe, "takeover_socket", cfg.Takeover.Socket,
+		"gomaxprocs", runtime.GOMAXPROCS(0))
 	return s, nil
 }
 

@@ -364,6 +364,17 @@ func TestKubernetesSidecar(t *testing.T) {
 	if p.c.StartupProbe == nil {
 		t.Errorf("%s: ebb has no startupProbe: the application would start before ebb listens", m.name)
 	}
+	// CPU as docs/DEPLOYMENT.md advises a sidecar: a request (its weight
+	// against the application), no limit (which throttles), one P.
+	if _, ok := p.c.Resources.Requests[corev1.ResourceCPU]; !ok {
+		t.Errorf("%s: ebb has no CPU request", m.name)
+	}
+	if _, ok := p.c.Resources.Limits[corev1.ResourceCPU]; ok {
+		t.Errorf("%s: ebb has a CPU limit", m.name)
+	}
+	if !slices.ContainsFunc(p.c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMAXPROCS" && e.Value == "1" }) {
+		t.Errorf("%s: ebb's environment does not set GOMAXPROCS=1", m.name)
+	}
 	app := p.cfg.Drain.App.TCP
 	if app == "" {
 		t.Fatalf("%s: drain.app.tcp is not set: ebb would not exit with the application", m.name)

@@ -68,7 +68,7 @@ func (l *Listener) setDefaults() {
 
 func (c *Cluster) setDefaults() {
 	c.Protocol = ProtocolHTTP1
-	c.Balancer = BalancerP2C
+	c.Balancer = BalancerLeastRequest
 	c.Timeouts = ClusterTimeouts{
 		Connect:  DefaultConnectTimeout,
 		Response: DefaultResponseTimeout,

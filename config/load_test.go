@@ -60,7 +60,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"paths.merge_slashes", l.Paths.MergeSlashes, false},
 		{"paths.escaped_slashes", l.Paths.EscapedSlashes, EscapedSlashesKeep},
 		{"protocol", c.Protocol, ProtocolHTTP1},
-		{"balancer", c.Balancer, BalancerP2C},
+		{"balancer", c.Balancer, BalancerLeastRequest},
 		{"connect", c.Timeouts.Connect, 2 * time.Second},
 		{"response", c.Timeouts.Response, 30 * time.Second},
 		{"upstream idle", c.Timeouts.Idle, 4 * time.Second},
@@ -183,7 +183,7 @@ clusters:
 			want: []string{
 				"listeners[0].address: expected host:port, such as 127.0.0.1:8080, got \"localhost\"",
 				"listeners[0].role: expected one of inbound, outbound, got \"sidecar\"",
-				"clusters[0].balancer: expected one of p2c, round_robin, got \"random\"",
+				"clusters[0].balancer: expected one of least_request, ewma, round_robin, p2c, got \"random\"",
 				"clusters[0].discovery.static[0]: expected host:port",
 			},
 		},

@@ -34,8 +34,11 @@ const (
 
 // Balancers.
 const (
-	BalancerP2C        = "p2c"
-	BalancerRoundRobin = "round_robin"
+	BalancerLeastRequest = "least_request"
+	BalancerEWMA         = "ewma"
+	BalancerRoundRobin   = "round_robin"
+	// BalancerP2C is least_request's former name, still accepted.
+	BalancerP2C = "p2c"
 )
 
 // Cluster is a set of interchangeable upstream endpoints.
@@ -47,8 +50,12 @@ type Cluster struct {
 	// prior knowledge (gRPC servers without TLS); h2 HTTP/2 over TLS;
 	// auto TLS, and HTTP/2 or HTTP/1.1 as ALPN decides.
 	Protocol string `key:"protocol"`
-	// Balancer picks an endpoint for each request: p2c, the less loaded
-	// of two random endpoints; round_robin, each endpoint in turn.
+	// Balancer picks an endpoint for each request: least_request, the
+	// one with fewer requests in flight of two picked at random; ewma,
+	// the lower of two random endpoints' peak-EWMA latency (to a response
+	// head, a failure counting as slow) times their requests in flight
+	// plus one, which sends less to a slow endpoint; round_robin, each
+	// endpoint in turn. p2c is least_request's former name.
 	Balancer  string          `key:"balancer"`
 	Discovery Discovery       `key:"discovery"`
 	Timeouts  ClusterTimeouts `key:"timeouts"`

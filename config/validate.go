@@ -272,7 +272,7 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 			v.add(key+".tls", "only protocols h2 and auto speak TLS upstream; protocol is %q", c.Protocol)
 		}
 	}
-	v.oneOf(key+".balancer", c.Balancer, BalancerP2C, BalancerRoundRobin)
+	v.oneOf(key+".balancer", c.Balancer, BalancerLeastRequest, BalancerEWMA, BalancerRoundRobin, BalancerP2C)
 	d := c.Discovery
 	n := 0
 	for _, set := range []bool{d.Static != nil, d.File != "", d.DNS != nil, d.Kubernetes != nil} {

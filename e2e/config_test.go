@@ -61,7 +61,7 @@ var badConfigProblems = []string{
 	`listeners[0].limits.max_body_bytes: expected a size such as 65536, 64KiB or 1MiB, got "lots"`,
 	`clusters[0].timeouts.response: expected a duration such as 500ms, 2s or 1m, got "soon"`,
 	`drain.quiet: expected a duration such as 500ms, 2s or 1m, got "forever"`,
-	`clusters[0].balancer: expected one of p2c, round_robin, got "random"`,
+	`clusters[0].balancer: expected one of least_request, ewma, round_robin, p2c, got "random"`,
 	`listeners[0].routes[0].cluster: no cluster is named "nowhere"`,
 	`listeners[0].routes[0].match.path_prefix: expected a path starting with /, got "api"`,
 }

@@ -34,6 +34,7 @@ type Endpoint struct {
 	inflight atomic.Int64
 	removed  atomic.Bool // discovery no longer lists it
 	health   health
+	ewma     ewma // the ewma balancer's latency estimate
 	// rt is the HTTP/1 transport of http1 clusters, and of auto ones for
 	// an endpoint that speaks HTTP/1.1 (over TLS; speaksH1); h2 the
 	// HTTP/2 client of h2c, h2 and auto clusters.
@@ -93,7 +94,7 @@ type Cluster struct {
 	rr      atomic.Uint64
 	// inFlight counts the requests Admit let in and that have not left.
 	inFlight atomic.Int64
-	p2c      bool
+	balancer string      // config.BalancerLeastRequest, BalancerEWMA or BalancerRoundRobin
 	netHTTP  bool        // not http1: requests take net/http's form, or HTTP/2's own (see NetHTTP)
 	scheme   string      // of upstream URLs: "http" or "https"
 	tls      *tls.Config // h2 and auto clusters
@@ -111,7 +112,7 @@ type Cluster struct {
 // its discovery source (RunDiscovery follows the source afterwards). m
 // may be nil (no metrics).
 func New(cfg config.Cluster, m *metrics.Cluster, reg *downstream.Registry, log *slog.Logger) *Cluster {
-	c := &Cluster{name: cfg.Name, cfg: cfg, p2c: cfg.Balancer != config.BalancerRoundRobin, metrics: m, reg: reg, scheme: upstream.Scheme(cfg.Protocol), log: log,
+	c := &Cluster{name: cfg.Name, cfg: cfg, balancer: balancerOf(cfg.Balancer), metrics: m, reg: reg, scheme: upstream.Scheme(cfg.Protocol), log: log,
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	c.budget.ratio = cfg.Retries.Budget
 	eps := []*Endpoint{}
@@ -285,9 +286,8 @@ func (c *Cluster) Pick() *Endpoint {
 	case 1:
 		return eps[0]
 	default:
-		var a, b *Endpoint
-		if !c.p2c {
-			a = eps[(c.rr.Add(1)-1)%uint64(n)]
+		if c.balancer == config.BalancerRoundRobin {
+			a := eps[(c.rr.Add(1)-1)%uint64(n)]
 			if a.health.available(nowNano) {
 				return a
 			}
@@ -295,16 +295,25 @@ func (c *Cluster) Pick() *Endpoint {
 		}
 		// Power of two choices: the less loaded of two distinct random
 		// endpoints (Mitzenmacher), which avoids herding onto the single
-		// least loaded one when many requests decide at once.
+		// least loaded one when many requests decide at once. Load is
+		// the requests in flight (least_request), or those times the
+		// latency estimate (ewma).
 		i := rand.IntN(n)
 		j := rand.IntN(n - 1)
 		if j >= i {
 			j++
 		}
-		a, b = eps[i], eps[j]
+		a, b := eps[i], eps[j]
 		okA, okB := a.health.available(nowNano), b.health.available(nowNano)
 		switch {
 		case okA && okB:
+			if c.balancer == config.BalancerEWMA {
+				now := nowNano()
+				if ewmaLoad(b, now) < ewmaLoad(a, now) {
+					return b
+				}
+				return a
+			}
 			if b.inflight.Load() < a.inflight.Load() {
 				return b
 			}
@@ -316,6 +325,15 @@ func (c *Cluster) Pick() *Endpoint {
 		}
 		return c.firstAvailable(eps, a)
 	}
+}
+
+// balancerOf maps the configuration's balancer to the one used: p2c is
+// least_request's former name.
+func balancerOf(name string) string {
+	if name == config.BalancerP2C {
+		return config.BalancerLeastRequest
+	}
+	return name
 }
 
 // claim counts one exchange on ep, picked for it a moment ago, and

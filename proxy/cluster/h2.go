@@ -184,16 +184,17 @@ func (c *Cluster) ExchangeH2(ctx context.Context, ep *Endpoint, r *H2Request, bo
 		r.Block = wire.AppendFields(r.Block, r.Fields)
 		sent := time.Now()
 		st, err := ep.h2.Exchange(ctx, &h2client.Request{Block: r.Block, Body: inline, Head: head, Interim: r.Interim, Deadline: r.Deadline}, rb, r.Trailers)
-		c.metrics.Attempt(time.Since(sent))
+		took := time.Since(sent)
+		c.metrics.Attempt(took)
 		if err == nil {
 			endAttempt(span, st.Status(), nil)
-			c.outcome(ep, false, st.Status())
+			c.outcome(ep, nil, st.Status(), took)
 			return st, ep, nil
 		}
 		err = upstream.ClassifyRoundTrip(err)
 		endAttempt(span, 0, err)
 		ep.Release()
-		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		c.outcome(ep, err, 0, took)
 		replayable := a == nil || a.End(false) && body.Replayable()
 		if !r.Deadline.IsZero() && !time.Now().Before(r.Deadline) {
 			return nil, ep, err // the call's time is up

@@ -3,6 +3,9 @@ package cluster
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
 // Passive health: an endpoint that fails is taken out of the balancer's
@@ -50,9 +53,17 @@ func (h *health) eject() {
 	h.ejections.Add(1)
 }
 
-// outcome records how an exchange with ep ended: connectFailed, or the
-// response status (0 for other failures, which say nothing about health).
-func (c *Cluster) outcome(ep *Endpoint, connectFailed bool, status int) {
+// outcome records how an exchange with ep ended, rtt after it was sent:
+// with the response status, or with err (status 0). For passive health,
+// only a failed connect and 5xx answers count; the ewma balancer also
+// takes the time, and any failure of the upstream's as a slow answer.
+func (c *Cluster) outcome(ep *Endpoint, err error, status int, rtt time.Duration) {
+	connectFailed := err != nil && upstream.IsConnectFailure(err)
+	if c.balancer == config.BalancerEWMA {
+		if failed, counts := ewmaOutcome(err, status); counts {
+			ep.ewma.observe(nowNano(), rtt, failed)
+		}
+	}
 	h := &ep.health
 	switch {
 	case connectFailed:

@@ -1,12 +1,17 @@
 package cluster
 
 import (
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ebb-proxy/ebb/config"
+	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
+
+// refused is a failed connect, as the transports report it.
+var refused = &upstream.Error{Kind: upstream.KindConnect, Err: syscall.ECONNREFUSED}
 
 // TestEjection: a failed connect ejects an endpoint for its backoff
 // (doubling while the failures go on), five 5xx in a row do too, a
@@ -24,11 +29,11 @@ func TestEjection(t *testing.T) {
 			}
 			return got
 		}
-		c.outcome(a, true, 0)
+		c.outcome(a, refused, 0, 0)
 		if got := picks(); got["a:1"] != 0 {
 			t.Fatalf("picked %v right after a's failed connect", got)
 		}
-		c.outcome(b, true, 0) // b is the last available: not ejected
+		c.outcome(b, refused, 0, 0) // b is the last available: not ejected
 		if b.health.ejected.Load() {
 			t.Fatal("the last available endpoint was ejected")
 		}
@@ -36,13 +41,13 @@ func TestEjection(t *testing.T) {
 		if got := picks(); got["a:1"] == 0 {
 			t.Fatalf("picked %v after a's ejection ended", got)
 		}
-		c.outcome(a, true, 0) // fails again: twice as long
-		time.Sleep(ejectBase) // fake time: moves the bubble's clock
+		c.outcome(a, refused, 0, 0) // fails again: twice as long
+		time.Sleep(ejectBase)       // fake time: moves the bubble's clock
 		if got := picks(); got["a:1"] != 0 {
 			t.Fatalf("picked %v during a's second, longer ejection", got)
 		}
-		time.Sleep(ejectBase)    // fake time
-		c.outcome(a, false, 200) // back: the streak ends
+		time.Sleep(ejectBase)     // fake time
+		c.outcome(a, nil, 200, 0) // back: the streak ends
 		if a.health.streak.Load() != 0 || a.health.ejections.Load() != 2 {
 			t.Fatalf("streak %d, ejections %d after a success", a.health.streak.Load(), a.health.ejections.Load())
 		}
@@ -50,7 +55,7 @@ func TestEjection(t *testing.T) {
 			if a.health.ejected.Load() {
 				t.Fatalf("ejected after %d 5xx", i)
 			}
-			c.outcome(a, false, 503)
+			c.outcome(a, nil, 503, 0)
 		}
 		if !a.health.ejected.Load() {
 			t.Fatalf("not ejected after %d 5xx in a row", ejectAfter5xx)

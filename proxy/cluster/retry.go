@@ -149,13 +149,14 @@ func (c *Cluster) ExchangeH1(ctx context.Context, ep *Endpoint, req *fasthttp.Re
 		}
 		sent := time.Now()
 		err := ep.rt.RoundTrip(ctx, req, resp)
-		c.metrics.Attempt(time.Since(sent))
+		took := time.Since(sent)
+		c.metrics.Attempt(took)
 		endAttempt(span, resp.StatusCode(), err)
 		if err == nil {
-			c.outcome(ep, false, resp.StatusCode())
+			c.outcome(ep, nil, resp.StatusCode(), took)
 			return ep, nil
 		}
-		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		c.outcome(ep, err, 0, took)
 		next := c.retry(ctx, ep, attempt, err, idempotent, !streamed || upstream.NotSent(err))
 		if next == nil {
 			return ep, err
@@ -213,7 +214,8 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 				resp, err = upstream.RoundTripHTTP(ctx, ep.rt, out, a)
 			}
 		}
-		c.metrics.Attempt(time.Since(sent))
+		took := time.Since(sent)
+		c.metrics.Attempt(took)
 		if err == nil {
 			if bad := upstream.CheckHTTPResponse(resp); bad != nil {
 				resp.Body.Close()
@@ -222,13 +224,13 @@ func (c *Cluster) ExchangeHTTP(ctx context.Context, ep *Endpoint, out *http.Requ
 		}
 		if err == nil {
 			endAttempt(span, resp.StatusCode, nil)
-			c.outcome(ep, false, resp.StatusCode)
+			c.outcome(ep, nil, resp.StatusCode, took)
 			return resp, ep, nil
 		}
 		err = upstream.ClassifyRoundTrip(err)
 		endAttempt(span, 0, err)
 		ep.Release()
-		c.outcome(ep, upstream.IsConnectFailure(err), 0)
+		c.outcome(ep, err, 0, took)
 		// The attempt is over whatever comes next: its body is no longer
 		// read for it, and a body partly read cannot go again.
 		replayable := a == nil || a.End(false) && body.Replayable()

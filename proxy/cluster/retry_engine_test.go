@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
@@ -310,4 +311,58 @@ func TestBodilessPostShape(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shares sends n GET requests one after another through the engine and
+// counts the answers by the origin's name (its body) and by status.
+func shares(t *testing.T, e *enginetest.Engine, n int) (byOrigin map[string]int, byStatus map[int]int) {
+	byOrigin, byStatus = map[string]int{}, map[int]int{}
+	for range n {
+		ctx := e.Serve("GET", nil)
+		byOrigin[string(ctx.Response.Body())]++
+		byStatus[ctx.Response.StatusCode()]++
+	}
+	return byOrigin, byStatus
+}
+
+// namedOrigin answers every request with its name, after delay, with
+// status.
+func namedOrigin(t *testing.T, name string, status int, delay time.Duration) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if delay > 0 {
+			<-time.After(delay) // a slow upstream
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, name)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// TestEWMAShares: three real origins. One answering 20 ms late gets under
+// 10 % of 600 requests with ewma (least_request, blind to latency, gives
+// it about a third); one answering 503 at once gets under 10 % too
+// instead of the most.
+func TestEWMAShares(t *testing.T) {
+	slow := []string{namedOrigin(t, "a", 200, 0), namedOrigin(t, "slow", 200, 20*time.Millisecond), namedOrigin(t, "b", 200, 0)}
+	for _, c := range []struct {
+		balancer string
+		atMost   int
+		atLeast  int
+	}{{config.BalancerEWMA, 59, 0}, {config.BalancerLeastRequest, 600, 150}} {
+		e := enginetest.New(t, func(cc *config.Cluster) { cc.Balancer = c.balancer }, slow...)
+		got, _ := shares(t, e, 600)
+		if got["slow"] > c.atMost || got["slow"] < c.atLeast {
+			t.Errorf("%s: the slow origin answered %d of 600 requests (%v), want %d to %d", c.balancer, got["slow"], got, c.atLeast, c.atMost)
+		}
+		t.Logf("%s, one origin 20 ms slow: %v", c.balancer, got)
+	}
+
+	failing := []string{namedOrigin(t, "a", 200, 0), namedOrigin(t, "failing", 503, 0), namedOrigin(t, "b", 200, 0)}
+	e := enginetest.New(t, func(cc *config.Cluster) { cc.Balancer = config.BalancerEWMA }, failing...)
+	got, statuses := shares(t, e, 600)
+	if got["failing"] > 59 || got["failing"] != statuses[503] {
+		t.Errorf("ewma: the origin answering 503 answered %d of 600 requests (%v; statuses %v), want under 10 %%", got["failing"], got, statuses)
+	}
+	t.Logf("ewma, one origin answering 503: %v", got)
 }

@@ -471,6 +471,10 @@ type EndpointState struct {
 	// for now; Ejections counts how often.
 	Ejected   bool  `json:"ejected"`
 	Ejections int64 `json:"ejections"`
+	// LatencyMS is the ewma balancer's estimate of its latency to a
+	// response head, decayed to now (absent with the other balancers,
+	// and before the endpoint's first answer).
+	LatencyMS float64 `json:"latency_estimate_ms,omitempty"`
 }
 
 // State reports the cluster's current endpoints.
@@ -480,17 +484,18 @@ func (c *Cluster) State() State {
 		st.Source, st.Updated = set.Source, set.Updated
 	}
 	eps := *c.all.Load()
+	now := nowNano()
 	for _, ep := range eps {
 		st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr,
 			State: discovery.EndpointState(ep.state.Load()).String(), InFlight: ep.inflight.Load(),
-			Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
+			Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load(), LatencyMS: c.latencyMS(ep, now)})
 	}
 	if l := c.leaving.Load(); l != nil {
 		for _, ep := range *l {
 			// One read of all from before the update lists it already.
 			if n := ep.inflight.Load(); n > 0 && ep.removed.Load() && !slices.Contains(eps, ep) {
 				st.Endpoints = append(st.Endpoints, EndpointState{Address: ep.addr, State: "removed", InFlight: n,
-					Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load()})
+					Ejected: !ep.health.available(nowNano), Ejections: ep.health.ejections.Load(), LatencyMS: c.latencyMS(ep, now)})
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ebb-proxy/ebb/config"
 	"github.com/ebb-proxy/ebb/proxy/upstream"
 )
 
@@ -99,4 +100,13 @@ func failureCost(cur, rtt float64) float64 {
 // requests in flight plus the one being placed.
 func ewmaLoad(ep *Endpoint, now int64) float64 {
 	return max(ep.ewma.cost(now), ewmaFloor) * float64(ep.inflight.Load()+1)
+}
+
+// latencyMS is ep's latency estimate in milliseconds, rounded to the
+// microsecond, for /endpoints: 0 unless the cluster balances by ewma.
+func (c *Cluster) latencyMS(ep *Endpoint, now int64) float64 {
+	if c.balancer != config.BalancerEWMA {
+		return 0
+	}
+	return math.Round(ep.ewma.cost(now)/1e3) / 1e3
 }

@@ -356,6 +356,15 @@ func TestEWMAShares(t *testing.T) {
 			t.Errorf("%s: the slow origin answered %d of 600 requests (%v), want %d to %d", c.balancer, got["slow"], got, c.atLeast, c.atMost)
 		}
 		t.Logf("%s, one origin 20 ms slow: %v", c.balancer, got)
+		// /endpoints shows the estimate, with ewma only.
+		for _, ep := range e.Cluster.State().Endpoints {
+			if ep.Address != slow[1] {
+				continue
+			}
+			if c.balancer == config.BalancerEWMA && ep.LatencyMS < 10 || c.balancer != config.BalancerEWMA && ep.LatencyMS != 0 {
+				t.Errorf("%s: /endpoints shows the slow origin's latency estimate as %v ms", c.balancer, ep.LatencyMS)
+			}
+		}
 	}
 
 	failing := []string{namedOrigin(t, "a", 200, 0), namedOrigin(t, "failing", 503, 0), namedOrigin(t, "b", 200, 0)}

@@ -77,6 +77,14 @@ func (c *Cluster) setDefaults() {
 	c.MaxConnsPerEndpoint = DefaultMaxConnsPerEndpoint
 	c.Retries = Retries{Attempts: DefaultRetryAttempts, Budget: DefaultRetryBudget, BufferBody: DefaultRetryBufferBody}
 	c.Discovery.OnEmpty = OnEmptyKeep
+	c.OutlierDetection = DefaultOutlierDetection()
+}
+
+// DefaultOutlierDetection is a cluster's passive health when its
+// configuration says nothing of it.
+func DefaultOutlierDetection() OutlierDetection {
+	return OutlierDetection{Consecutive5xx: 5, ConsecutiveGatewayErrors: 5,
+		BaseEjectionTime: time.Second, MaxEjectionTime: 30 * time.Second, MaxEjectedPercent: 100}
 }
 
 func (d *DNSSource) setDefaults() {

@@ -188,6 +188,25 @@ clusters:
 			},
 		},
 		{
+			name: "outlier detection out of range",
+			yaml: `
+listeners:
+  - name: a
+    address: 127.0.0.1:8080
+    routes: [{ cluster: c }]
+clusters:
+  - name: c
+    discovery: { static: ["127.0.0.1:9000"] }
+    outlier_detection: { consecutive_5xx: -1, consecutive_gateway_errors: -2, base_ejection_time: 10s, max_ejection_time: 5s, max_ejected_percent: 150 }
+`,
+			want: []string{
+				"clusters[0].outlier_detection.consecutive_5xx: expected a count (0: off), got -1",
+				"clusters[0].outlier_detection.consecutive_gateway_errors: expected a count (0: off), got -2",
+				"clusters[0].outlier_detection.max_ejection_time: expected at least base_ejection_time (10s), got 5s",
+				"clusters[0].outlier_detection.max_ejected_percent: expected a percentage from 0 to 100, got 150",
+			},
+		},
+		{
 			name: "duplicate names and addresses",
 			yaml: minimal + `  - name: app
     discovery: { static: ["127.0.0.1:9001"] }

@@ -75,6 +75,32 @@ type Cluster struct {
 	// is an error with the others.
 	TLS     UpstreamTLS `key:"tls"`
 	Retries Retries     `key:"retries"`
+	// OutlierDetection takes an endpoint that fails out of the balancer's
+	// choice for a while (passive health, docs/REQUESTS.md).
+	OutlierDetection OutlierDetection `key:"outlier_detection"`
+}
+
+// OutlierDetection is passive health: an endpoint whose requests fail is
+// ejected (picked by no balancer) for base_ejection_time, doubled with
+// each ejection in a row up to max_ejection_time; a success ends the
+// streak. A failed connect ejects at once. Whatever the share, the last
+// endpoint that is not ejected never is.
+type OutlierDetection struct {
+	// Consecutive5xx ejects after that many 5xx answers in a row (501,
+	// Not Implemented, excepted); 0 turns it off.
+	Consecutive5xx int `key:"consecutive_5xx"`
+	// ConsecutiveGatewayErrors ejects after that many gateway errors in a
+	// row: connections reset or answers that broke off, timeouts, invalid
+	// answers, and 502, 503 and 504; 0 turns it off.
+	ConsecutiveGatewayErrors int `key:"consecutive_gateway_errors"`
+	// BaseEjectionTime is the first ejection's length.
+	BaseEjectionTime time.Duration `key:"base_ejection_time"`
+	// MaxEjectionTime bounds an ejection's length.
+	MaxEjectionTime time.Duration `key:"max_ejection_time"`
+	// MaxEjectedPercent is the largest share of the cluster's endpoints
+	// ejected at once, from 0 (no ejection at all) to 100; one may always
+	// be, unless it is the last one left.
+	MaxEjectedPercent int `key:"max_ejected_percent"`
 }
 
 // Retries bounds sending a request again. A request the upstream did not

@@ -328,6 +328,7 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	if c.MaxInFlight < 0 {
 		v.add(key+".max_in_flight", "expected 0 (no cap) or more, got %d", c.MaxInFlight)
 	}
+	v.outlierDetection(key+".outlier_detection", &c.OutlierDetection)
 	if a := c.Retries.Attempts; a < 1 || a > 5 {
 		v.add(key+".retries.attempts", "expected 1 (no retry) to 5, got %d", a)
 	}
@@ -336,6 +337,24 @@ func (v *validator) cluster(key string, c Cluster, seen map[string]bool) {
 	}
 	if b := c.Retries.BufferBody; b < 0 || b > maxRetryBufferBody {
 		v.add(key+".retries.buffer_body", "expected a size from 0 (off) to 16MiB, got %d", b)
+	}
+}
+
+// outlierDetection checks a cluster's passive health settings.
+func (v *validator) outlierDetection(key string, o *OutlierDetection) {
+	if o.Consecutive5xx < 0 {
+		v.add(key+".consecutive_5xx", "expected a count (0: off), got %d", o.Consecutive5xx)
+	}
+	if o.ConsecutiveGatewayErrors < 0 {
+		v.add(key+".consecutive_gateway_errors", "expected a count (0: off), got %d", o.ConsecutiveGatewayErrors)
+	}
+	if o.BaseEjectionTime <= 0 {
+		v.add(key+".base_ejection_time", "expected a positive duration, got %s", o.BaseEjectionTime)
+	} else if o.MaxEjectionTime < o.BaseEjectionTime {
+		v.add(key+".max_ejection_time", "expected at least base_ejection_time (%s), got %s", o.BaseEjectionTime, o.MaxEjectionTime)
+	}
+	if p := o.MaxEjectedPercent; p < 0 || p > 100 {
+		v.add(key+".max_ejected_percent", "expected a percentage from 0 to 100, got %d", p)
 	}
 }
 

@@ -112,6 +112,9 @@ type Cluster struct {
 // its discovery source (RunDiscovery follows the source afterwards). m
 // may be nil (no metrics).
 func New(cfg config.Cluster, m *metrics.Cluster, reg *downstream.Registry, log *slog.Logger) *Cluster {
+	if cfg.OutlierDetection == (config.OutlierDetection{}) {
+		cfg.OutlierDetection = config.DefaultOutlierDetection() // a configuration not loaded from a file (tests)
+	}
 	c := &Cluster{name: cfg.Name, cfg: cfg, balancer: balancerOf(cfg.Balancer), metrics: m, reg: reg, scheme: upstream.Scheme(cfg.Protocol), log: log,
 		netHTTP: cfg.Protocol != "" && cfg.Protocol != config.ProtocolHTTP1}
 	c.budget.ratio = cfg.Retries.Budget

@@ -85,7 +85,7 @@ func ewmaOutcome(err error, status int) (failed, counts bool) {
 	if err == nil {
 		return status >= 500 && status != 501, true
 	}
-	k := upstream.KindOf(err)
+	k := faultOf(err)
 	return true, k != 0 && k != upstream.KindOverloaded
 }
 

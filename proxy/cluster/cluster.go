@@ -1,7 +1,7 @@
 // Package cluster holds clusters: sets of interchangeable endpoints fed by
 // discovery, the balancer that picks one per request (power of two
-// choices, or round robin), passive health (ejection of failing
-// endpoints), and the retry policy with its budget, which decides whether
+// choices on requests in flight or on peak-EWMA latency, or round robin),
+// passive health (ejection of failing endpoints), and the retry policy with its budget, which decides whether
 // a failed request goes to another endpoint. The exchange itself is
 // package upstream's.
 package cluster

@@ -61,25 +61,41 @@ func TestParsePerfStat(t *testing.T) {
 	}
 }
 
-// TestOpenLoopRun: one run's line in openloop.tsv, per request over the
-// requests answered, and its shortfall in errors.txt.
-func TestOpenLoopRun(t *testing.T) {
-	dir := t.TempDir()
+// runOpenLoop runs the harness's openloop command in a new work directory,
+// which it returns, on the generator's output out and perf's (none if
+// empty), with env set besides WORK, CLK_TCK=100, DURATION=10 and ROUNDS=2.
+func runOpenLoop(t *testing.T, env map[string]string, out, perf string, args ...string) (dir string) {
+	t.Helper()
+	dir = t.TempDir()
 	for k, v := range map[string]string{"WORK": dir, "CLK_TCK": "100", "DURATION": "10", "ROUNDS": "2"} {
 		t.Setenv(k, v)
 	}
-	out, perf := filepath.Join(dir, "out.txt"), filepath.Join(dir, "out.txt.perf")
-	if err := os.WriteFile(out, []byte(openLoopOut), 0o644); err != nil {
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	outFile := filepath.Join(dir, "out.txt")
+	if err := os.WriteFile(outFile, []byte(out), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(perf, []byte(perfOut), 0o644); err != nil {
-		t.Fatal(err)
+	args = append(args, "-out", outFile)
+	if perf != "" {
+		perfFile := outFile + ".perf"
+		if err := os.WriteFile(perfFile, []byte(perf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-perf", perfFile)
 	}
-	args := []string{"-proto", "h1", "-neighbour", "on", "-rate", "2000", "-round", "1", "-proxy", "ebb", "-out", out, "-perf", perf,
-		"-ticks", "140", "-cpu0-ticks", "640"}
 	if err := openLoopRun(args); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// TestOpenLoopRun: one run's line in openloop.tsv, per request over the
+// requests answered, and its shortfall in errors.txt.
+func TestOpenLoopRun(t *testing.T) {
+	dir := runOpenLoop(t, nil, openLoopOut, perfOut,
+		"-proto", "h1", "-neighbour", "on", "-rate", "2000", "-round", "1", "-proxy", "ebb", "-ticks", "140", "-cpu0-ticks", "640")
 	b, err := os.ReadFile(filepath.Join(dir, "openloop.tsv"))
 	if err != nil {
 		t.Fatal(err)
@@ -103,20 +119,9 @@ func TestOpenLoopRun(t *testing.T) {
 // TestOpenLoopRunWithoutPerf: without perf (OPENLOOP_PERF=0) the counts
 // it would give are NaN, and the table shows dashes for them.
 func TestOpenLoopRunWithoutPerf(t *testing.T) {
-	dir := t.TempDir()
-	for k, v := range map[string]string{"WORK": dir, "CLK_TCK": "100", "DURATION": "10", "ROUNDS": "2", "PROXY_CPU": "0",
-		"OPENLOOP_CONNS": "64"} {
-		t.Setenv(k, v)
-	}
-	out := filepath.Join(dir, "out.txt")
-	if err := os.WriteFile(out, []byte(strings.Replace(openLoopOut, "dropped=3", "dropped=0", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-proto", "h1", "-neighbour", "off", "-rate", "2000", "-round", "1", "-proxy", "ebb", "-out", out,
-		"-ticks", "140", "-cpu0-ticks", "140"}
-	if err := openLoopRun(args); err != nil {
-		t.Fatal(err)
-	}
+	dir := runOpenLoop(t, map[string]string{"PROXY_CPU": "0", "OPENLOOP_CONNS": "64"},
+		strings.Replace(openLoopOut, "dropped=3", "dropped=0", 1), "",
+		"-proto", "h1", "-neighbour", "off", "-rate", "2000", "-round", "1", "-proxy", "ebb", "-ticks", "140", "-cpu0-ticks", "140")
 	b, err := os.ReadFile(filepath.Join(dir, "openloop.tsv"))
 	if err != nil {
 		t.Fatal(err)
@@ -139,24 +144,10 @@ func TestOpenLoopRunWithoutPerf(t *testing.T) {
 // TestOpenLoopRunShortRate: a run without errors whose achieved rate is
 // under 99 % of the schedule's gets a line in errors.txt too.
 func TestOpenLoopRunShortRate(t *testing.T) {
-	dir := t.TempDir()
-	for k, v := range map[string]string{"WORK": dir, "CLK_TCK": "100", "DURATION": "10", "ROUNDS": "2"} {
-		t.Setenv(k, v)
-	}
-	out, perf := filepath.Join(dir, "out.txt"), filepath.Join(dir, "out.txt.perf")
 	line := "openloop proto=h2c conns=1 target_rps=5000 seconds=10 scheduled=50000 dropped=0 done=49000 non2xx=0 errors=0 " +
 		"rps=4900.0 p50_us=250.1 p90_us=400.2 p99_us=900.3 max_us=2000.4 lag_p50_us=50.0 lag_p99_us=80.5\n"
-	if err := os.WriteFile(out, []byte(line), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(perf, []byte(perfOut), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-proto", "h2c", "-neighbour", "off", "-rate", "5000", "-round", "2", "-proxy", "nginx", "-out", out, "-perf", perf,
-		"-ticks", "100", "-cpu0-ticks", "100"}
-	if err := openLoopRun(args); err != nil {
-		t.Fatal(err)
-	}
+	dir := runOpenLoop(t, nil, line, perfOut,
+		"-proto", "h2c", "-neighbour", "off", "-rate", "5000", "-round", "2", "-proxy", "nginx", "-ticks", "100", "-cpu0-ticks", "100")
 	e, err := os.ReadFile(filepath.Join(dir, "errors.txt"))
 	if err != nil {
 		t.Fatal(err)
